@@ -1,0 +1,55 @@
+"""The one local-training loop every method uses.
+
+Data are tensors already in memory; batches are index slices drawn with a seeded generator, so no
+DataLoader is built per client and the same seed gives the same batch order on any actor.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    epochs: int
+    batch_size: int
+    optimizer: str = "sgd"
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+    def make_optimizer(self, params) -> torch.optim.Optimizer:
+        if self.optimizer == "adam":
+            return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+
+
+def train_local(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: LocalTraining, generator: torch.Generator,
+                extra_loss: Optional[Callable[[nn.Module], torch.Tensor]] = None,
+                loss_fn: Callable = F.cross_entropy) -> float:
+    """Train ``model`` in place for ``cfg.epochs`` epochs; return the mean training loss over all batches.
+
+    A fresh optimiser is made on every call (the reference code resets momentum every round).
+    ``extra_loss(model)`` is added to each batch's loss, e.g. FedProx's proximal term.
+    """
+    model.train()
+    optimizer = cfg.make_optimizer(model.parameters())
+    n = len(y)
+    total, batches = 0.0, 0
+    for _ in range(cfg.epochs):
+        order = torch.randperm(n, generator=generator)
+        for start in range(0, n, cfg.batch_size):
+            idx = order[start:start + cfg.batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x[idx]), y[idx])
+            if extra_loss is not None:
+                loss = loss + extra_loss(model)
+            loss.backward()
+            optimizer.step()
+            total += float(loss.detach())
+            batches += 1
+    return total / max(batches, 1)

@@ -1,0 +1,45 @@
+"""FedAvg (McMahan et al. 2017; spec/feded.md §2.2), with an optional server learning rate and momentum.
+
+Clients start from θ_t, run E local epochs of SGD and return Δ_k = θ_k − θ_t weighted by N_k. The
+server forms Δ = Σ_k (N_k/N) Δ_k over the sampled clients and steps θ_{t+1} = θ_t + η_s·v, v = m·v + Δ.
+With η_s = 1 and m = 0 (the defaults) θ_{t+1} is exactly the N_k-weighted mean of the client models.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from algorithms.base import Algorithm, ClientContext, ClientUpdate, ServerContext, ServerState, reduce_updates
+from algorithms.common import get_flat_weights, server_step, set_flat_weights, train_local
+
+
+@dataclass(frozen=True)
+class FedAvgHyperparams:
+    pass
+
+
+class FedAvg(Algorithm):
+    name = "fedavg"
+    Hyperparams = FedAvgHyperparams
+
+    def proximal_term(self, client: ClientContext, payload: dict) -> Optional[callable]:
+        """An extra loss added to each local batch; FedAvg has none (FedProx overrides this)."""
+        return None
+
+    def client_update(self, payload: dict, client: ClientContext) -> ClientUpdate:
+        start = payload["weights"]
+        if client.num_samples == 0:
+            return ClientUpdate(weight=0.0, tensors={"delta": torch.zeros_like(start)}, metrics={"train_loss": 0.0})
+        set_flat_weights(client.model, start)
+        loss = train_local(client.model, client.x, client.y, client.training, client.generator,
+                           extra_loss=self.proximal_term(client, payload))
+        delta = get_flat_weights(client.model) - start
+        return ClientUpdate(weight=float(client.num_samples), tensors={"delta": delta}, metrics={"train_loss": loss})
+
+    def aggregate(self, state: ServerState, updates: Sequence[ClientUpdate], ctx: ServerContext) -> ServerState:
+        mean = reduce_updates(updates)
+        weights, opt_state = server_step(state.weights, mean.tensors["delta"], state.optimizer, ctx.server_lr,
+                                         ctx.server_momentum)
+        return ServerState(weights=weights, round=state.round + 1, optimizer=opt_state, extra=state.extra)

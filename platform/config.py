@@ -1,0 +1,231 @@
+"""The experiment config: typed, validated at load time, loaded from YAML with ``--set a.b=v`` overrides.
+
+Every section is a frozen dataclass. Values are checked when the config is built, so a bad value fails
+before any Ray actor, MLflow run or Tune directory exists. Algorithm hyperparameters are validated
+against the chosen algorithm's own ``Hyperparams`` dataclass (see ``algorithms/``).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import yaml
+
+from platform.errors import ConfigError
+from platform.schema import build, flatten, spec, to_dict
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    name: str = spec("digits", doc="Dataset name; see platform.data.DATASETS.")
+    root: Optional[str] = spec(None, doc="Data root for torchvision datasets (MNIST, CIFAR-10, ...).")
+    download: bool = spec(False, doc="Let torchvision download missing files (needs a network).")
+
+    def validate(self, path: str) -> None:
+        from platform.data import DATASETS
+
+        if self.name not in DATASETS:
+            raise ConfigError(f"{path}.name", f"unknown dataset {self.name!r}; allowed: {', '.join(DATASETS)}")
+
+
+@dataclass(frozen=True)
+class PartitionConfig:
+    kind: str = spec("dirichlet", doc="How training data is split over clients; see platform.data.PARTITIONS.")
+    alpha: float = spec(0.5, doc="Dirichlet concentration α (smaller = more label skew). spec/feded.md §4.2.", gt=0)
+    min_share: float = spec(0.01, doc="Redraw until every client's summed class share exceeds this (§4.2).", ge=0,
+                            lt=1)
+
+    def validate(self, path: str) -> None:
+        from platform.data import PARTITIONS
+
+        if self.kind not in PARTITIONS:
+            raise ConfigError(f"{path}.kind", f"unknown partition {self.kind!r}; allowed: {', '.join(PARTITIONS)}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = spec("cnn", doc="Model name; see platform.models.MODELS.")
+
+    def validate(self, path: str) -> None:
+        from platform.models import MODELS
+
+        if self.name not in MODELS:
+            raise ConfigError(f"{path}.name", f"unknown model {self.name!r}; allowed: {', '.join(MODELS)}")
+
+
+@dataclass(frozen=True)
+class ClientsConfig:
+    num_clients: int = spec(10, doc="K, the number of (virtual) clients.", ge=1)
+    clients_per_round: int = spec(10, doc="Clients sampled per round (γ·K).", ge=1)
+    local_epochs: int = spec(1, doc="E, local epochs per round.", ge=1)
+    batch_size: int = spec(32, doc="B, local batch size.", ge=1)
+    optimizer: str = spec("sgd", doc="Local optimiser.", choices=("sgd", "adam"))
+    lr: float = spec(0.05, doc="η, local learning rate.", gt=0)
+    momentum: float = spec(0.0, doc="Local SGD momentum (a fresh optimiser every round).", ge=0, lt=1)
+    weight_decay: float = spec(0.0, doc="Local weight decay.", ge=0)
+
+    def validate(self, path: str) -> None:
+        if self.clients_per_round > self.num_clients:
+            raise ConfigError(f"{path}.clients_per_round",
+                              f"must be <= clients.num_clients ({self.num_clients}), got {self.clients_per_round}")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    lr: float = spec(1.0, doc="Server learning rate η_s applied to the averaged update (1 = plain FedAvg).", gt=0)
+    momentum: float = spec(0.0, doc="Server momentum (FedAvgM, Hsu et al. 2019); 0 = none.", ge=0, lt=1)
+
+
+@dataclass(frozen=True)
+class SeedsConfig:
+    """Separate seeds per random stream. ``null`` derives the stream's seed from the top-level ``seed``."""
+
+    partition: Optional[int] = spec(None, doc="Partition of data over clients.", ge=0)
+    init: Optional[int] = spec(None, doc="Model initialisation.", ge=0)
+    sampling: Optional[int] = spec(None, doc="Client sampling per round.", ge=0)
+    training: Optional[int] = spec(None, doc="Local training: batch order, augmentation.", ge=0)
+    noise: Optional[int] = spec(None, doc="Noise a method adds (DP, Langevin dynamics).", ge=0)
+
+
+SEED_STREAMS = ("partition", "init", "sampling", "training", "noise")
+
+
+@dataclass(frozen=True)
+class ResourcesConfig:
+    cpu: float = spec(1.0, doc="CPUs per trial (fractional allowed).", gt=0)
+    gpu: float = spec(0.0, doc="GPUs per trial (fractional allowed, e.g. 0.25).", ge=0)
+    actors: Optional[int] = spec(None, doc="Client actors per trial; default: the trial's whole CPUs (or GPUs).",
+                                 ge=1)
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    name: str
+    params: Any  # the algorithm's frozen Hyperparams dataclass
+
+    def to_flat_dict(self) -> dict:
+        return {"name": self.name, **to_dict(self.params)}
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    dataset: DatasetConfig = spec(factory=DatasetConfig)
+    partition: PartitionConfig = spec(factory=PartitionConfig)
+    model: ModelConfig = spec(factory=ModelConfig)
+    algorithm: Any = spec(None, doc="Algorithm name and hyperparameters (an AlgorithmConfig once built).")
+    clients: ClientsConfig = spec(factory=ClientsConfig)
+    server: ServerConfig = spec(factory=ServerConfig)
+    rounds: int = spec(10, doc="Communication rounds R.", ge=1)
+    seed: int = spec(0, doc="Base seed; each stream in `seeds` derives from it unless set.", ge=0)
+    seeds: SeedsConfig = spec(factory=SeedsConfig)
+    resources: ResourcesConfig = spec(factory=ResourcesConfig)
+
+    def stream_seed(self, stream: str) -> int:
+        """The seed of one random stream: explicit in ``seeds``, else derived from ``seed`` and the stream."""
+        explicit = getattr(self.seeds, stream)
+        if explicit is not None:
+            return explicit
+        return int(np.random.SeedSequence([self.seed, SEED_STREAMS.index(stream)]).generate_state(1)[0])
+
+    def to_dict(self) -> dict:
+        data = to_dict(self)
+        data["algorithm"] = self.algorithm.to_flat_dict()
+        return data
+
+    def flat(self) -> dict[str, Any]:
+        return flatten(self.to_dict())
+
+
+def _build_algorithm(data: Any) -> AlgorithmConfig:
+    from algorithms import ALGORITHMS
+
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("algorithm", f"must be a mapping with a name, got {data!r}")
+    name = data.get("name", "fedavg")
+    if name not in ALGORITHMS:
+        raise ConfigError("algorithm.name", f"unknown algorithm {name!r}; allowed: {', '.join(ALGORITHMS)}")
+    params = {k: v for k, v in data.items() if k != "name"}
+    hp_cls = ALGORITHMS[name].Hyperparams
+    try:
+        hparams = build(hp_cls, params, "algorithm")
+    except ConfigError as err:
+        if "unknown key" in str(err):
+            allowed = [f.name for f in dataclasses.fields(hp_cls)]
+            raise ConfigError(err.field, f"unknown key for algorithm {name!r}; allowed: "
+                                         f"{', '.join(['name', *allowed])}") from None
+        raise
+    return AlgorithmConfig(name=name, params=hparams)
+
+
+def build_experiment(data: dict) -> ExperimentConfig:
+    """Validate a plain dict into an :class:`ExperimentConfig` (raises :class:`ConfigError`)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("", f"an experiment config must be a mapping, got {type(data).__name__}")
+    data = dict(data)
+    algorithm = _build_algorithm(data.pop("algorithm", None))
+    config = build(ExperimentConfig, data)
+    config = dataclasses.replace(config, algorithm=algorithm)
+    _check_cross_section(config)
+    return config
+
+
+def _check_cross_section(config: ExperimentConfig) -> None:
+    from platform.data import check_dataset_available
+
+    check_dataset_available(config.dataset)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"a.b=v"`` -> ``("a.b", v)``; ``v`` is parsed as a YAML scalar (never evaluated as code)."""
+    if "=" not in text:
+        raise ConfigError("--set", f"expected KEY=VALUE with a dotted key, got {text!r}")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError("--set", f"expected KEY=VALUE with a dotted key, got {text!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
+    """Return a copy of ``data`` with dotted-key overrides applied (unknown keys are caught by validation)."""
+    data = copy.deepcopy(data) if data else {}
+    for key, value in overrides.items():
+        node = data
+        parts = key.split(".")
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(".".join(parts[: i + 1]), f"is a value, not a section; cannot set {key}")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def load_yaml(path: str) -> Any:
+    if not os.path.isfile(path):
+        raise ConfigError("", f"config file not found: {path}")
+    with open(path) as fh:
+        try:
+            return yaml.safe_load(fh)
+        except yaml.YAMLError as err:
+            raise ConfigError("", f"{path} is not valid YAML: {err}".replace("\n", " ")) from None
+
+
+def load_experiment(path_or_data: str | dict, overrides: list[str] | None = None) -> ExperimentConfig:
+    data = load_yaml(path_or_data) if isinstance(path_or_data, str) else path_or_data
+    parsed = dict(parse_override(o) for o in overrides or [])
+    return build_experiment(apply_overrides(data or {}, parsed))

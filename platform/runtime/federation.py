@@ -1,0 +1,126 @@
+"""One experiment's actors and its round loop, driven from the trial (or ``platform.run``) process.
+
+Per round: sample clients with the seeded sampler, ask the parameter server for the payload (one
+object-store reference shared by every actor), run local updates on the client actors in parallel,
+and hand their results straight to the parameter server, which aggregates and evaluates. Weights never
+pass through the driver.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import ray
+import torch
+
+from platform.data import load_dataset, partition_clients
+from platform.runtime.actors import RemoteClientPool, RemoteParameterServer
+from platform.runtime.placement import Placement, SLIVER_CPU, client_bundle, pool_size, torch_threads
+from platform.runtime.seeding import sample_clients
+
+
+@dataclass(frozen=True)
+class SharedData:
+    """A dataset placed in the object store once; every actor of every seed reads the same copy."""
+
+    dataset: object  # the DatasetConfig it was loaded from
+    train_ref: ray.ObjectRef  # (x, y) NumPy arrays
+    test_ref: ray.ObjectRef
+    train_labels: np.ndarray
+    input_shape: tuple
+    num_classes: int
+
+
+def share_dataset(dataset_config) -> SharedData:
+    train, test = load_dataset(dataset_config)
+    return SharedData(dataset_config, ray.put((train.x, train.y)), ray.put((test.x, test.y)), train.y,
+                      train.input_shape, train.num_classes)
+
+
+class Federation:
+    """A parameter server and a pool of client actors for one experiment config (one seed)."""
+
+    def __init__(self, config, placement: Placement, data: Optional[SharedData] = None):
+        self.config = config
+        if data is None or data.dataset != config.dataset:
+            data = share_dataset(config.dataset)
+        self.data = data
+        clients = config.clients
+        self.shards = partition_clients(data.train_labels, config.partition, clients.num_clients,
+                                        config.stream_seed("partition"))
+        self.num_actors = min(pool_size(config.resources), clients.num_clients)
+        bundle = client_bundle(config.resources)
+        wants_gpu = config.resources.gpu > 0
+        threads = torch_threads(bundle, placement.replicas)
+        # Every .remote() below returns at once: the actors are created concurrently.
+        self.server = RemoteParameterServer.options(**placement.server_options()).remote(
+            config, data.test_ref, data.input_shape, data.num_classes, 1, False)
+        self.owner = np.arange(clients.num_clients) % self.num_actors
+        self.pools = [
+            RemoteClientPool.options(**placement.client_options(a, bundle)).remote(
+                config, data.train_ref, {k: self.shards[k] for k in np.flatnonzero(self.owner == a)},
+                data.input_shape, data.num_classes, threads, wants_gpu)
+            for a in range(self.num_actors)
+        ]
+        ray.get([self.server.ready.remote()] + [p.ready.remote() for p in self.pools])
+        self.round = 0
+        self._started: Optional[float] = None
+
+    def sampled_clients(self, round_index: int) -> np.ndarray:
+        c = self.config.clients
+        return sample_clients(c.num_clients, c.clients_per_round, self.config.stream_seed("sampling"), round_index)
+
+    def start_round(self) -> ray.ObjectRef:
+        """Launch the next round; returns a reference to its metrics (see :meth:`finish_round`)."""
+        self._started = time.perf_counter()
+        sampled = self.sampled_clients(self.round)
+        payload = self.server.broadcast.remote(sampled.tolist())  # one object, shared by all actors
+        partials = [pool.train.remote(payload, sampled[self.owner[sampled] == a].tolist(), self.round)
+                    for a, pool in enumerate(self.pools) if np.any(self.owner[sampled] == a)]
+        return self.server.aggregate.remote(*partials)
+
+    def finish_round(self, metrics_ref: ray.ObjectRef) -> dict:
+        metrics = ray.get(metrics_ref)
+        self.round += 1
+        metrics["seconds"] = time.perf_counter() - self._started
+        return metrics
+
+    def run_round(self) -> dict:
+        return self.finish_round(self.start_round())
+
+    # --- checkpointing -------------------------------------------------------------------------------------
+    def checkpoint(self) -> dict:
+        """Everything needed to continue: server state, the round, and every client's persistent state."""
+        client_states = {}
+        for states in ray.get([p.get_client_states.remote() for p in self.pools]):
+            client_states.update(states)
+        return {"round": self.round, "server": ray.get(self.server.get_state.remote()), "clients": client_states}
+
+    def restore(self, checkpoint: dict) -> None:
+        self.round = int(checkpoint["round"])
+        ray.get([self.server.set_state.remote(checkpoint["server"])]
+                + [p.set_client_states.remote(checkpoint["clients"]) for p in self.pools])
+
+    def save(self, path: str) -> None:
+        torch.save(self.checkpoint(), path)
+
+    def load(self, path: str) -> None:
+        self.restore(torch.load(path, weights_only=False))
+
+    def global_weights(self) -> torch.Tensor:
+        return ray.get(self.server.global_weights.remote())
+
+    def shutdown(self) -> None:
+        for actor in [self.server, *self.pools]:
+            ray.kill(actor)
+
+
+def replicate_over_seeds(config, seeds) -> list:
+    """One config per seed (the sweep's ``seeds`` list); each stream seed then derives from it."""
+    return [dataclasses.replace(config, seed=int(s)) for s in seeds]
+
+
+__all__ = ["Federation", "SharedData", "SLIVER_CPU", "replicate_over_seeds", "share_dataset"]
