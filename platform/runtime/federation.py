@@ -43,7 +43,7 @@ def share_dataset(dataset_config) -> SharedData:
 class Federation:
     """A parameter server and a pool of client actors for one experiment config (one seed)."""
 
-    def __init__(self, config, placement: Placement, data: Optional[SharedData] = None):
+    def __init__(self, config, placement: Placement, data: Optional[SharedData] = None, wait: bool = True):
         self.config = config
         if data is None or data.dataset != config.dataset:
             data = share_dataset(config.dataset)
@@ -65,7 +65,9 @@ class Federation:
                 data.input_shape, data.num_classes, threads, wants_gpu)
             for a in range(self.num_actors)
         ]
-        ray.get([self.server.ready.remote()] + [p.ready.remote() for p in self.pools])
+        self.ready_refs = [self.server.ready.remote()] + [p.ready.remote() for p in self.pools]
+        if wait:
+            ray.get(self.ready_refs)
         self.round = 0
         self._started: Optional[float] = None
 

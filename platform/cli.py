@@ -1,0 +1,48 @@
+"""What the command-line entry points share: error reporting, Ray connection, quiet logging."""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+from typing import Callable
+
+from platform.errors import UserError
+
+
+def main_wrapper(fn: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+    """Turn a :class:`UserError` into one line on stderr and exit code 2 (no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapped(argv=None) -> int:
+        try:
+            return fn(argv)
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return err.exit_code
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+
+    return wrapped
+
+
+def quiet_libraries() -> None:
+    """Keep the console to our own lines: Ray, Tune and MLflow log warnings only."""
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "0")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    for name in ("ray", "ray.tune", "ray.train", "mlflow", "alembic", "optuna"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def connect_ray(address: str | None = None) -> str:
+    """Join the cluster we run in (``ray job submit``, RAY_ADDRESS, or a local ``ray start``), else start one."""
+    import ray
+
+    if ray.is_initialized():
+        return "existing"
+    ray.init(address=address, log_to_driver=False, configure_logging=True, logging_level=logging.WARNING)
+    return "connected" if (address or os.environ.get("RAY_ADDRESS")) else "local"

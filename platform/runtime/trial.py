@@ -1,0 +1,59 @@
+"""The Tune trainable: one trial = one configuration run on every seed of the sweep, round by round.
+
+The seeds' federations run side by side inside the trial's placement group; after each round the
+trial reports the mean (and, with several seeds, the std) of each metric, keyed by ``round`` so ASHA
+can stop it between rounds.
+"""
+from __future__ import annotations
+
+import numpy as np
+import ray
+from ray import tune
+
+from platform.config import apply_overrides, build_experiment
+from platform.runtime.federation import Federation, SharedData, replicate_over_seeds
+from platform.runtime.placement import current_placement, own_placement
+
+SUMMARISED = ("test_accuracy", "test_loss", "train_loss", "seconds")
+
+
+def summarise_seeds(per_seed: list[dict]) -> dict:
+    """Mean over seeds of each metric, plus ``<metric>_std`` (population std) when there are several seeds."""
+    out = {"round": int(per_seed[0]["round"])}
+    for key in SUMMARISED:
+        values = np.array([m[key] for m in per_seed if key in m], dtype=float)
+        if len(values):
+            out[key] = float(values.mean())
+            if len(per_seed) > 1:
+                out[f"{key}_std"] = float(values.std())
+    return out
+
+
+def start_federations(config, seeds: list[int], shared: SharedData | None = None) -> list[Federation]:
+    """Create one federation per seed, all actors at once, in the current trial's placement group."""
+    placement = current_placement(len(seeds))
+    if placement is None:  # outside Tune (platform.run): a placement group of our own
+        placement = own_placement(config.resources, len(seeds))
+        ray.get(placement.placement_group.ready())
+    federations = [Federation(c, placement, shared, wait=False) for c in replicate_over_seeds(config, seeds)]
+    ray.get([ref for f in federations for ref in f.ready_refs])
+    return federations
+
+
+def run_rounds(federations: list[Federation], rounds: int, first_round: int = 0):
+    """Yield the seed-summarised metrics of each round; all seeds' rounds run concurrently."""
+    for _ in range(first_round, rounds):
+        refs = [f.start_round() for f in federations]
+        yield summarise_seeds([f.finish_round(ref) for f, ref in zip(federations, refs)])
+
+
+def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: SharedData | None = None) -> None:
+    params = trial_config.get("params", trial_config)
+    config = build_experiment(apply_overrides(base, params))
+    federations = start_federations(config, seeds, shared)
+    try:
+        for metrics in run_rounds(federations, config.rounds):
+            tune.report(metrics)
+    finally:
+        for f in federations:
+            f.shutdown()

@@ -1,0 +1,228 @@
+"""Search-space files: ``search_spaces/<name>.yaml`` = a base experiment config, the parameters to sweep,
+the search settings and the per-trial resources. Validated completely at load time.
+
+Example::
+
+    description: FedAvg vs FedProx on embedded digits
+    base: {dataset: {name: digits}, rounds: 5, ...}        # an experiment config (platform.config)
+    parameters:                                            # dotted config keys -> one distribution each
+      algorithm.name: {choice: [fedavg, fedprox]}
+      algorithm.mu: {loguniform: [0.001, 1.0], when: {algorithm.name: fedprox}}
+      clients.lr: {loguniform: [0.01, 0.3]}
+    search: {searcher: tpe, num_samples: 6, metric: test_accuracy, mode: max, seeds: [0],
+             scheduler: {kind: asha, grace_period: 2}}
+    resources: {cpu: 1, gpu: 0}
+
+``when`` makes a parameter conditional: it is sampled only in trials whose earlier parameters take the
+given value (or one of a list of values).
+"""
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from platform.config import apply_overrides, build_experiment, load_yaml
+from platform.errors import ConfigError, UserError
+from platform.schema import build, spec
+
+DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice", "grid")
+METRICS = ("test_accuracy", "test_loss", "train_loss")
+SEARCHERS = ("tpe", "random", "grid")
+
+
+@dataclass(frozen=True)
+class Distribution:
+    kind: str
+    args: tuple
+    when: dict = field(default_factory=dict)
+
+    @property
+    def candidates(self) -> list:
+        """Values that validation tries: the bounds of a range, every option of a choice or grid."""
+        return list(self.args)
+
+    def applies(self, params: dict) -> bool:
+        for key, wanted in self.when.items():
+            allowed = wanted if isinstance(wanted, list) else [wanted]
+            if key not in params or params[key] not in allowed:
+                return False
+        return True
+
+
+def parse_distribution(key: str, raw: Any) -> Distribution:
+    where = f"parameters.{key}"
+    if not isinstance(raw, dict):
+        raise ConfigError(where, f"must be a mapping with one of {', '.join(DISTRIBUTIONS)}, got {raw!r}")
+    kinds = [k for k in raw if k in DISTRIBUTIONS]
+    extra = [k for k in raw if k not in DISTRIBUTIONS and k != "when"]
+    if len(kinds) != 1 or extra:
+        raise ConfigError(where, f"needs exactly one of {', '.join(DISTRIBUTIONS)} (plus optional 'when'), "
+                                 f"got keys {', '.join(map(str, raw))}")
+    kind = kinds[0]
+    args = raw[kind]
+    when = raw.get("when") or {}
+    if not isinstance(when, dict):
+        raise ConfigError(f"{where}.when", f"must map earlier parameters to values, got {when!r}")
+    if not isinstance(args, list) or not args:
+        raise ConfigError(f"{where}.{kind}", f"must be a non-empty list, got {args!r}")
+    if kind in ("uniform", "loguniform", "int"):
+        if len(args) != 2 or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args):
+            raise ConfigError(f"{where}.{kind}", f"must be [low, high] numbers, got {args!r}")
+        low, high = args
+        if not low < high:
+            raise ConfigError(f"{where}.{kind}", f"low must be < high, got {args!r}")
+        if kind == "loguniform" and low <= 0:
+            raise ConfigError(f"{where}.{kind}", f"low must be > 0 for a log scale, got {low}")
+        if kind == "int" and not all(float(a).is_integer() for a in args):
+            raise ConfigError(f"{where}.{kind}", f"bounds must be integers, got {args!r}")
+        args = [int(a) for a in args] if kind == "int" else [float(a) for a in args]
+    return Distribution(kind, tuple(args), dict(when))
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    kind: str = spec("none", doc="none, or asha (early stopping over rounds).", choices=("none", "asha"))
+    grace_period: int = spec(1, doc="ASHA: rounds every trial runs before it may be stopped.", ge=1)
+    reduction_factor: float = spec(2.0, doc="ASHA: keep 1/reduction_factor of trials at each rung.", gt=1)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    searcher: str = spec("tpe", doc="Optuna TPE, Optuna random sampling, or a full grid.", choices=SEARCHERS)
+    num_samples: int = spec(6, doc="Trials (grid: repetitions of the whole grid).", ge=1)
+    metric: str = spec("test_accuracy", doc="Reported metric the searcher optimises (last round).",
+                       choices=METRICS)
+    mode: str = spec("max", doc="max or min.", choices=("max", "min"))
+    scheduler: SchedulerConfig = spec(factory=SchedulerConfig)
+    seeds: Optional[list[int]] = spec(None, doc="Run every configuration on each seed; report mean and std.")
+    max_concurrent_trials: Optional[int] = spec(None, doc="Trials at once; default: as resources allow.", ge=1)
+    sampler_seed: int = spec(0, doc="Seed of the Optuna sampler.", ge=0)
+
+    def validate(self, path: str) -> None:
+        if self.seeds is not None:
+            if not self.seeds:
+                raise ConfigError(f"{path}.seeds", "must list at least one seed")
+            if any(s < 0 for s in self.seeds) or len(set(self.seeds)) != len(self.seeds):
+                raise ConfigError(f"{path}.seeds", f"must be distinct non-negative integers, got {self.seeds}")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    name: str
+    path: str
+    description: str
+    base: dict  # raw base config (validated); trial configs are base + sampled parameters
+    parameters: dict[str, Distribution]
+    search: SearchConfig
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.search.seeds) if self.search.seeds else [int(self.base.get("seed", 0) or 0)]
+
+    def trial_config(self, params: dict):
+        return build_experiment(apply_overrides(self.base, params))
+
+
+def search_space_dirs() -> list[str]:
+    """Where named search spaces are looked up: $FEDSWEEP_SEARCH_SPACES, ./search_spaces, the repo's own."""
+    dirs = []
+    if os.environ.get("FEDSWEEP_SEARCH_SPACES"):
+        dirs.append(os.environ["FEDSWEEP_SEARCH_SPACES"])
+    dirs.append(os.path.join(os.getcwd(), "search_spaces"))
+    dirs.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "search_spaces"))
+    return [d for i, d in enumerate(dirs) if os.path.isdir(d) and d not in dirs[:i]]
+
+
+def available_search_spaces() -> list[str]:
+    names = set()
+    for d in search_space_dirs():
+        names.update(os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(d, "*.yaml")))
+    return sorted(names)
+
+
+def find_search_space(name: str) -> str:
+    if name.endswith((".yaml", ".yml")) and os.path.isfile(name):
+        return name
+    for d in search_space_dirs():
+        path = os.path.join(d, f"{name}.yaml")
+        if os.path.isfile(path):
+            return path
+    raise UserError(f"unknown search space {name!r}; available: {', '.join(available_search_spaces()) or 'none'}")
+
+
+SECTIONS = ("description", "base", "parameters", "search", "resources")
+
+
+def load_search_space(name: str, overrides: dict[str, Any] | None = None,
+                      num_samples: Optional[int] = None) -> SearchSpace:
+    """Load and fully validate a search space; ``overrides`` (``--set``) apply to its base config."""
+    path = find_search_space(name)
+    raw = load_yaml(path) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError("", f"{path}: a search space must be a mapping with {', '.join(SECTIONS)}")
+    unknown = [k for k in raw if k not in SECTIONS]
+    if unknown:
+        raise ConfigError(unknown[0], f"unknown section in {path}; allowed: {', '.join(SECTIONS)}")
+    base = dict(raw.get("base") or {})
+    if raw.get("resources") is not None:
+        if "resources" in base:
+            raise ConfigError("resources", "set resources either at top level or in base, not both")
+        base["resources"] = raw["resources"]
+    base = apply_overrides(base, overrides or {})
+    base_config = build_experiment(base)  # validates the base, --set included
+    params_raw = raw.get("parameters") or {}
+    if not isinstance(params_raw, dict):
+        raise ConfigError("parameters", "must map dotted config keys to distributions")
+    parameters: dict[str, Distribution] = {}
+    for key, dist_raw in params_raw.items():
+        dist = parse_distribution(key, dist_raw)
+        for cond in dist.when:
+            if cond not in parameters:
+                raise ConfigError(f"parameters.{key}.when", f"refers to {cond!r}, which is not a parameter "
+                                                            f"defined before it; defined: {', '.join(parameters)}")
+        parameters[key] = dist
+    search_raw = dict(raw.get("search") or {})
+    if num_samples is not None:
+        search_raw["num_samples"] = num_samples
+    search = build(SearchConfig, search_raw, "search")
+    if search.searcher == "grid":
+        bad = [k for k, d in parameters.items() if d.kind not in ("choice", "grid")]
+        if bad:
+            raise ConfigError(f"parameters.{bad[0]}", "the grid searcher needs choice or grid values; "
+                                                      "use searcher: tpe or random for ranges")
+    if search.scheduler.kind == "asha" and search.scheduler.grace_period > base_config.rounds:
+        raise ConfigError("search.scheduler.grace_period", f"must be <= base.rounds ({base_config.rounds}), "
+                                                           f"got {search.scheduler.grace_period}")
+    space = SearchSpace(os.path.splitext(os.path.basename(path))[0], os.path.abspath(path),
+                        str(raw.get("description") or ""), base, parameters, search)
+    _validate_parameter_values(space)
+    return space
+
+
+def _validate_parameter_values(space: SearchSpace) -> None:
+    """Every parameter must be a config key, and every value it can take must pass config validation."""
+    for key, dist in space.parameters.items():
+        context = {}
+        for cond, wanted in dist.when.items():
+            context[cond] = wanted[0] if isinstance(wanted, list) else wanted
+        for value in dist.candidates:
+            try:
+                space.trial_config({**context, key: value})
+            except ConfigError as err:
+                raise ConfigError(f"parameters.{key}", f"value {value!r} is invalid: {err}") from None
+
+
+def grid_points(space: SearchSpace) -> list[dict]:
+    """Every combination of choice/grid values, expanding conditional parameters only where they apply."""
+    points: list[dict] = [{}]
+    for key, dist in space.parameters.items():
+        expanded = []
+        for point in points:
+            if dist.applies(point):
+                expanded.extend({**point, key: v} for v in dist.args)
+            else:
+                expanded.append(point)
+        points = expanded
+    return points

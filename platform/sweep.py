@@ -1,0 +1,224 @@
+"""``python -m platform.sweep <name>``: run the sweep in ``search_spaces/<name>.yaml`` with Ray Tune + Optuna.
+
+Every trial runs a base experiment config with sampled parameters on each of the sweep's seeds. Results
+go to MLflow (a parent run for this invocation, a child run per trial) and to Tune's storage, so an
+interrupted sweep can continue with ``--resume``. Works the same under ``ray job submit``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Optional
+
+from platform.cli import connect_ray, main_wrapper, quiet_libraries
+from platform.config import parse_override
+from platform.errors import UserError
+from platform.search_space import available_search_spaces, grid_points, load_search_space
+
+STATE_FILE = "fedsweep_sweep.json"  # in the Tune experiment directory: links it to its MLflow parent run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m platform.sweep",
+        description="Run a hyperparameter sweep defined in search_spaces/<name>.yaml (Ray Tune + Optuna), "
+                    "tracked in MLflow. Inside a Ray cluster (ray job submit) it uses that cluster, "
+                    "elsewhere it starts a local Ray.",
+        epilog="Examples:\n  python -m platform.sweep smoke\n"
+               "  python -m platform.sweep smoke --num-samples 2 --set rounds=3\n"
+               "  ray job submit --working-dir . -- python -m platform.sweep smoke",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", nargs="?", help="search space name (a file in search_spaces/) or a YAML path")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a base-config value, e.g. --set rounds=3 (repeatable)")
+    parser.add_argument("--num-samples", type=int, help="number of trials (overrides search.num_samples)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                                               "sqlite:///<results home>/mlflow.db)")
+    parser.add_argument("--storage-path", help="Tune storage (default: <results home>/ray_results)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the most recent interrupted run of this sweep from --storage-path")
+    parser.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
+    parser.add_argument("--list", action="store_true", help="list the available search spaces and exit")
+    parser.add_argument("--quiet", action="store_true", help="print only the final summary")
+    return parser
+
+
+class DefineByRun:
+    """Optuna define-by-run space: conditional parameters are suggested only where their ``when`` holds.
+
+    A class, not a closure, so Tune can pickle the searcher into its experiment checkpoint.
+    """
+
+    def __init__(self, parameters: dict):
+        self.parameters = parameters
+
+    def __call__(self, trial) -> None:
+        chosen: dict = {}
+        for key, dist in self.parameters.items():
+            if not dist.applies(chosen):
+                continue
+            if dist.kind == "uniform":
+                chosen[key] = trial.suggest_float(key, *dist.args)
+            elif dist.kind == "loguniform":
+                chosen[key] = trial.suggest_float(key, *dist.args, log=True)
+            elif dist.kind == "int":
+                chosen[key] = trial.suggest_int(key, *dist.args)
+            else:
+                chosen[key] = trial.suggest_categorical(key, list(dist.args))
+        return None
+
+
+def _make_searcher(space):
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    search = space.search
+    if search.searcher == "grid":
+        return None
+    sampler = (optuna.samplers.TPESampler(seed=search.sampler_seed) if search.searcher == "tpe"
+               else optuna.samplers.RandomSampler(seed=search.sampler_seed))
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return OptunaSearch(space=DefineByRun(space.parameters), metric=search.metric, mode=search.mode, sampler=sampler)
+
+
+def _make_scheduler(space, rounds: int):
+    sched = space.search.scheduler
+    if sched.kind != "asha":
+        return None
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(time_attr="round", max_t=rounds, grace_period=sched.grace_period,
+                         reduction_factor=sched.reduction_factor)
+
+
+def _latest_experiment(storage: str, name: str) -> Optional[str]:
+    if not os.path.isdir(storage):
+        return None
+    candidates = sorted(d for d in os.listdir(storage) if d.startswith(f"{name}-")
+                        and os.path.isfile(os.path.join(storage, d, STATE_FILE)))
+    return os.path.join(storage, candidates[-1]) if candidates else None
+
+
+@main_wrapper
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list:
+        print("\n".join(available_search_spaces()))
+        return 0
+    if not args.name:
+        raise UserError(f"name a search space; available: {', '.join(available_search_spaces())}")
+    if args.num_samples is not None and args.num_samples < 1:
+        raise UserError(f"--num-samples: must be >= 1, got {args.num_samples}")
+    overrides = dict(parse_override(o) for o in args.overrides)
+    # Everything is validated before anything is written: MLflow, Tune storage, Ray.
+    space = load_search_space(args.name, overrides, args.num_samples)
+    base_config = space.trial_config({})
+    from platform.tracking import resolve_tracking_uri, results_home
+
+    storage = os.path.abspath(args.storage_path or os.path.join(results_home(), "ray_results"))
+    resume_dir = _latest_experiment(storage, space.name) if args.resume else None
+    if args.resume and resume_dir is None:
+        raise UserError(f"--resume: no earlier run of sweep {space.name!r} under {storage}")
+    tracking_uri = resolve_tracking_uri(args.tracking_uri)
+    quiet_libraries()
+    return _run(args, space, base_config, storage, tracking_uri, resume_dir)
+
+
+def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
+    from ray import tune
+
+    from platform.runtime.federation import share_dataset
+    from platform.runtime.placement import trial_bundles
+    from platform.runtime.trial import sweep_trial
+    from platform.tracking import MlflowSweepCallback, Tracker, command_line, git_commit, ui_command
+
+    tracker = Tracker(tracking_uri, space.name)
+    if resume_dir:
+        with open(os.path.join(resume_dir, STATE_FILE)) as fh:
+            parent_run_id = json.load(fh)["parent_run_id"]
+        tracker.set_tag(parent_run_id, "status", "running")
+        tracker.client.update_run(parent_run_id, status="RUNNING")
+    else:
+        parent_run_id = tracker.start_run(
+            name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
+            tags={"fedsweep.search_space": space.name, "mlflow.source.git.commit": git_commit(),
+                  "fedsweep.command": command_line(), "status": "running",
+                  "fedsweep.description": space.description})
+        tracker.log_params(parent_run_id, {
+            **{f"base.{k}": v for k, v in base_config.flat().items()},
+            **{f"space.{k}": f"{d.kind}{list(d.args)}" + (f" when {d.when}" if d.when else "")
+               for k, d in space.parameters.items()},
+            **{f"search.{k}": v for k, v in vars(space.search).items() if k != "scheduler"},
+            "search.scheduler": space.search.scheduler.kind, "search.seeds": space.seeds})
+    status = "FAILED"
+    try:
+        mode = connect_ray(args.address)
+        print(f"sweep {space.name}: {space.search.num_samples} trial(s) x {len(space.seeds)} seed(s), "
+              f"{base_config.rounds} rounds, searcher {space.search.searcher}, Ray {mode}", flush=True)
+        callback = MlflowSweepCallback(tracker, parent_run_id, space, base_config.rounds,
+                                       space.search.num_samples if space.search.searcher != "grid"
+                                       else space.search.num_samples * len(grid_points(space)), quiet=args.quiet)
+        shared = share_dataset(base_config.dataset)  # into the object store once, for every trial
+        trainable = tune.with_resources(
+            tune.with_parameters(sweep_trial, base=space.base, seeds=space.seeds, shared=shared),
+            tune.PlacementGroupFactory(trial_bundles(base_config.resources)))
+        if resume_dir:
+            tuner = tune.Tuner.restore(resume_dir, trainable, resume_unfinished=True, resume_errored=True)
+        else:
+            name = f"{space.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            os.makedirs(os.path.join(storage, name), exist_ok=True)
+            with open(os.path.join(storage, name, STATE_FILE), "w") as fh:
+                json.dump({"parent_run_id": parent_run_id, "tracking_uri": tracking_uri,
+                           "search_space": space.path}, fh)
+            search = space.search
+            param_space = ({"params": tune.grid_search(grid_points(space))} if search.searcher == "grid" else None)
+            tuner = tune.Tuner(
+                trainable, param_space=param_space,
+                tune_config=tune.TuneConfig(
+                    search_alg=_make_searcher(space), scheduler=_make_scheduler(space, base_config.rounds),
+                    num_samples=search.num_samples, metric=search.metric, mode=search.mode,
+                    max_concurrent_trials=search.max_concurrent_trials),
+                run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=[callback], verbose=0,
+                                          failure_config=tune.FailureConfig(max_failures=0)))
+        grid = tuner.fit()
+        status = _report(grid, space, tracker, parent_run_id, tracking_uri, storage)
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        tracker.set_tag(parent_run_id, "status", {"FINISHED": "completed", "KILLED": "interrupted"}.get(
+            status, "failed"))
+        tracker.end_run(parent_run_id, status)
+        print(f"results: {ui_command(tracking_uri)}", flush=True)
+    return 0 if status == "FINISHED" else 1
+
+
+def _report(grid, space, tracker, parent_run_id, tracking_uri, storage) -> str:
+    metric, mode = space.search.metric, space.search.mode
+    finished = [r for r in grid if r.error is None and r.metrics and metric in r.metrics]
+    failed = sum(1 for r in grid if r.error is not None)
+    if not finished:
+        print(f"no trial finished ({failed} failed); see the child runs in MLflow", file=sys.stderr)
+        return "FAILED"
+    best = (max if mode == "max" else min)(finished, key=lambda r: r.metrics[metric])
+    params = best.config.get("params", best.config)
+    std = best.metrics.get(f"{metric}_std")
+    figure = f"{best.metrics[metric]:.4f}" + (f" ± {std:.4f} over {len(space.seeds)} seeds" if std is not None
+                                              else "")
+    tracker.log_metrics(parent_run_id, {f"best_{metric}": best.metrics[metric],
+                                        "trials_completed": len(finished), "trials_failed": failed})
+    tracker.log_params(parent_run_id, {f"best.{k}": v for k, v in params.items()})
+    print(f"\nbest of {len(finished)} trial(s) ({failed} failed): {metric} = {figure} at round "
+          f"{best.metrics.get('round')}")
+    for k, v in params.items():
+        print(f"  {k} = {v}")
+    print(f"tune storage: {grid.experiment_path}")
+    return "FINISHED"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

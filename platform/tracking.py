@@ -1,0 +1,248 @@
+"""MLflow tracking: one experiment per search space, a parent run per sweep, a nested child run per trial.
+
+Every write happens on the driver (the sweep process) through a Tune callback, so trials on remote nodes
+never need access to the store. Runs always end with a status: a sweep that fails marks its runs FAILED
+rather than leaving them RUNNING.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from typing import Any, Optional
+
+from ray import tune
+
+DEFAULT_STORE_FILE = "mlflow.db"
+PER_ROUND_METRICS = ("test_accuracy", "test_loss", "train_loss", "seconds")
+
+
+def in_ray_job() -> bool:
+    """True when running as a ``ray job submit`` driver, whose working directory Ray deletes later."""
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+
+
+def results_home() -> str:
+    """Where results land by default: $FEDSWEEP_HOME; under a Ray job ~/fedsweep; else the working directory."""
+    if os.environ.get("FEDSWEEP_HOME"):
+        return os.path.abspath(os.path.expanduser(os.environ["FEDSWEEP_HOME"]))
+    if in_ray_job():
+        return os.path.join(os.path.expanduser("~"), "fedsweep")
+    return os.getcwd()
+
+
+def resolve_tracking_uri(cli_uri: Optional[str] = None) -> str:
+    """``--tracking-uri``, else $MLFLOW_TRACKING_URI, else a SQLite store in :func:`results_home`."""
+    uri = cli_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        home = results_home()
+        os.makedirs(home, exist_ok=True)
+        uri = f"sqlite:///{os.path.join(home, DEFAULT_STORE_FILE)}"
+    return uri
+
+
+def ui_command(uri: str) -> str:
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri}"
+    return f"mlflow ui --backend-store-uri {shlex.quote(uri)}"
+
+
+def git_commit() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def command_line() -> str:
+    return " ".join(shlex.quote(a) for a in [os.path.basename(sys.executable), "-m",
+                                             sys.modules["__main__"].__spec__.name
+                                             if getattr(sys.modules["__main__"], "__spec__", None) else sys.argv[0],
+                                             *sys.argv[1:]])
+
+
+def _client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _param_value(value: Any) -> str:
+    text = "null" if value is None else str(value)
+    return text if len(text) <= 6000 else text[:5997] + "..."
+
+
+class Tracker:
+    """Thin wrapper over ``MlflowClient`` for our run layout. Created lazily so it pickles with Tune."""
+
+    def __init__(self, uri: str, experiment_name: str):
+        self.uri = uri
+        self.experiment_name = experiment_name
+        self._experiment_id: Optional[str] = None
+        self._mlflow = None
+
+    def __getstate__(self):
+        return {"uri": self.uri, "experiment_name": self.experiment_name, "_experiment_id": self._experiment_id,
+                "_mlflow": None}
+
+    @property
+    def client(self):
+        if self._mlflow is None:
+            self._mlflow = _client(self.uri)
+        return self._mlflow
+
+    @property
+    def experiment_id(self) -> str:
+        if self._experiment_id is None:
+            found = self.client.get_experiment_by_name(self.experiment_name)
+            self._experiment_id = found.experiment_id if found else self.client.create_experiment(
+                self.experiment_name)
+        return self._experiment_id
+
+    def start_run(self, name: str, tags: dict[str, str], parent_run_id: Optional[str] = None) -> str:
+        tags = dict(tags)
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        return run.info.run_id
+
+    def log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, _param_value(v)) for k, v in sorted(params.items())]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(run_id, params=items[i:i + 100])
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int = 0) -> None:
+        from mlflow.entities import Metric
+        import time
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
+        if items:
+            self.client.log_batch(run_id, metrics=items)
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self.client.set_tag(run_id, key, value)
+
+    def end_run(self, run_id: str, status: str = "FINISHED") -> None:
+        self.client.set_terminated(run_id, status)
+
+    def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        self.client.log_text(run_id, text, artifact_file)
+
+
+def round_metrics(result: dict) -> dict[str, float]:
+    """The per-round metrics of a Tune result (means over seeds, plus ``*_std`` when there are several)."""
+    keys = [k for k in result if k.split("_std")[0] in PER_ROUND_METRICS]
+    return {k: result[k] for k in keys if isinstance(result[k], (int, float))}
+
+
+class MlflowSweepCallback(tune.Callback):
+    """Writes every trial to MLflow from the driver, and prints one concise line per event."""
+
+    def __init__(self, tracker: Tracker, parent_run_id: str, space, total_rounds: int, num_samples: int,
+                 quiet: bool = False):
+        self.tracker = tracker
+        self.parent_run_id = parent_run_id
+        self.space = space
+        self.total_rounds = total_rounds
+        self.num_samples = num_samples
+        self.quiet = quiet
+        self.runs: dict[str, str] = {}  # trial_id -> MLflow run id
+        self.numbers: dict[str, int] = {}  # trial_id -> 1-based order of start
+        self.best: dict[str, float] = {}  # trial_id -> best metric so far
+        self.last: dict[str, dict] = {}  # trial_id -> last reported round metrics
+
+    # Tune saves/restores callback state with the experiment, so --resume continues the same runs.
+    def get_state(self) -> dict:
+        return {"runs": self.runs, "numbers": self.numbers, "best": self.best, "last": self.last}
+
+    def set_state(self, state: dict) -> None:
+        self.runs, self.numbers = dict(state["runs"]), dict(state["numbers"])
+        self.best, self.last = dict(state["best"]), dict(state["last"])
+
+    def _say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, flush=True)
+
+    def _label(self, trial) -> str:
+        return f"[trial {self.numbers.get(trial.trial_id, '?')}/{self.num_samples}]"
+
+    @staticmethod
+    def trial_params(trial) -> dict:
+        config = trial.config or {}
+        return dict(config.get("params", config))
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        if trial.trial_id in self.runs:  # resumed trial: keep its run
+            self.tracker.set_tag(self.runs[trial.trial_id], "status", "running")
+            return
+        self.numbers[trial.trial_id] = len(self.numbers) + 1
+        params = self.trial_params(trial)
+        resolved = self.space.trial_config(params)
+        run_id = self.tracker.start_run(
+            name=f"trial-{self.numbers[trial.trial_id]:03d}",
+            tags={"status": "running", "fedsweep.trial_id": trial.trial_id, "fedsweep.search_space": self.space.name,
+                  "fedsweep.sampled": ", ".join(f"{k}={_short(v)}" for k, v in params.items())},
+            parent_run_id=self.parent_run_id)
+        flat = resolved.flat()
+        flat["search.seeds"] = self.space.seeds
+        self.tracker.log_params(run_id, flat)
+        self.runs[trial.trial_id] = run_id
+        self._say(f"{self._label(trial)} start  " + ", ".join(f"{k}={_short(v)}" for k, v in params.items()))
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        run_id = self.runs.get(trial.trial_id)
+        if run_id is None:
+            return
+        step = int(result.get("round", result.get("training_iteration", 0)))
+        metrics = round_metrics(result)
+        self.tracker.log_metrics(run_id, metrics, step=step)
+        self.last[trial.trial_id] = {"round": step, **metrics}
+        metric, mode = self.space.search.metric, self.space.search.mode
+        if metric in metrics:
+            prev = self.best.get(trial.trial_id)
+            value = metrics[metric]
+            if prev is None or (value > prev if mode == "max" else value < prev):
+                self.best[trial.trial_id] = value
+            std = f" ± {metrics[metric + '_std']:.4f}" if metric + "_std" in metrics else ""
+            self._say(f"{self._label(trial)} round {step}/{self.total_rounds}  {metric} {value:.4f}{std}")
+
+    def _finish(self, trial, status: str, mlflow_status: str):
+        run_id = self.runs.get(trial.trial_id)
+        if run_id is None:
+            return
+        last = self.last.get(trial.trial_id, {})
+        summary = {f"final_{k}": v for k, v in last.items() if k != "round"}
+        summary["rounds_completed"] = last.get("round", 0)
+        if trial.trial_id in self.best:
+            summary[f"best_{self.space.search.metric}"] = self.best[trial.trial_id]
+        self.tracker.log_metrics(run_id, summary, step=int(last.get("round", 0)))
+        self.tracker.set_tag(run_id, "status", status)
+        self.tracker.end_run(run_id, mlflow_status)
+        metric = self.space.search.metric
+        final = f"  {metric} {last[metric]:.4f}" if metric in last else ""
+        self._say(f"{self._label(trial)} {status}{final}")
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        rounds = self.last.get(trial.trial_id, {}).get("round", 0)
+        status = "completed" if rounds >= self.total_rounds else "early-stopped"
+        self._finish(trial, status, "FINISHED")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._finish(trial, "failed", "FAILED")
+        if trial.error_file and os.path.isfile(trial.error_file):
+            with open(trial.error_file) as fh:
+                lines = [ln for ln in fh.read().strip().splitlines() if ln.strip()]
+            if lines:
+                self._say(f"{self._label(trial)} error: {lines[-1][:300]}")
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
