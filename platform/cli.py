@@ -30,7 +30,6 @@ def main_wrapper(fn: Callable[[list[str] | None], int]) -> Callable[[list[str] |
 def quiet_libraries() -> None:
     """Keep the console to our own lines: Ray, Tune and MLflow log warnings only."""
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "0")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

@@ -45,6 +45,7 @@ class Federation:
 
     def __init__(self, config, placement: Placement, data: Optional[SharedData] = None, wait: bool = True):
         self.config = config
+        self.placement = placement
         if data is None or data.dataset != config.dataset:
             data = share_dataset(config.dataset)
         self.data = data

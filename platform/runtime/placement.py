@@ -47,6 +47,14 @@ class Placement:
     server_bundle: int
     first_client_bundle: int
     replicas: int = 1  # seeds sharing the bundles
+    owned: bool = False  # created by us (outside Tune), so ours to remove
+
+    def release(self) -> None:
+        if self.owned:
+            from ray.util import remove_placement_group
+
+            remove_placement_group(self.placement_group)
+            self.owned = False
 
     def server_options(self) -> dict:
         return self._options(self.server_bundle, {"CPU": SLIVER_CPU})
@@ -85,4 +93,4 @@ def own_placement(resources, replicas: int = 1) -> Placement:
     from ray.util import placement_group
 
     pg = placement_group(trial_bundles(resources)[1:], strategy="PACK")
-    return Placement(pg, server_bundle=0, first_client_bundle=1, replicas=replicas)
+    return Placement(pg, server_bundle=0, first_client_bundle=1, replicas=replicas, owned=True)

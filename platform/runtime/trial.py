@@ -40,6 +40,14 @@ def start_federations(config, seeds: list[int], shared: SharedData | None = None
     return federations
 
 
+def stop_federations(federations: list[Federation]) -> None:
+    """Kill every actor, then free the placement group if we created it (outside Tune)."""
+    for f in federations:
+        f.shutdown()
+    for f in federations:
+        f.placement.release()
+
+
 def run_rounds(federations: list[Federation], rounds: int, first_round: int = 0):
     """Yield the seed-summarised metrics of each round; all seeds' rounds run concurrently."""
     for _ in range(first_round, rounds):
@@ -55,5 +63,4 @@ def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: Sha
         for metrics in run_rounds(federations, config.rounds):
             tune.report(metrics)
     finally:
-        for f in federations:
-            f.shutdown()
+        stop_federations(federations)

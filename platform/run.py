@@ -1,0 +1,104 @@
+"""``python -m platform.run <config>``: one experiment, no Tune. Prints per-round metrics, logs one MLflow run.
+
+``<config>`` is an experiment-config YAML file, or the name of a search space (its base config is run).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from platform.cli import connect_ray, main_wrapper, quiet_libraries
+from platform.config import load_experiment, parse_override, load_yaml, apply_overrides, build_experiment
+from platform.errors import UserError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m platform.run",
+        description="Run one federated experiment (no sweep) on Ray actors and log it as one MLflow run.",
+        epilog="Examples:\n  python -m platform.run my_experiment.yaml --set rounds=20\n"
+               "  python -m platform.run smoke --set algorithm.name=fedprox --set algorithm.mu=0.01",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", help="experiment YAML file, or a search-space name whose base config to run")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value, e.g. --set clients.lr=0.1 (repeatable)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                                               "sqlite:///<results home>/mlflow.db)")
+    parser.add_argument("--experiment", help="MLflow experiment name (default: the config's file name)")
+    parser.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    parser.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
+    return parser
+
+
+def resolve_config(target: str, overrides: list[str]):
+    """(config, experiment name) for a YAML path or a search-space name."""
+    if os.path.isfile(target):
+        return load_experiment(target, overrides), os.path.splitext(os.path.basename(target))[0]
+    from platform.search_space import find_search_space
+
+    try:
+        path = find_search_space(target)
+    except UserError:
+        raise UserError(f"no config file or search space named {target!r}") from None
+    raw = load_yaml(path) or {}
+    base = dict(raw.get("base") or {})
+    if raw.get("resources") is not None:
+        base.setdefault("resources", raw["resources"])
+    parsed = dict(parse_override(o) for o in overrides)
+    return build_experiment(apply_overrides(base, parsed)), os.path.splitext(os.path.basename(path))[0]
+
+
+def _format(metrics: dict) -> str:
+    return (f"round {metrics['round']:>3}  test_accuracy {metrics['test_accuracy']:.4f}  "
+            f"test_loss {metrics['test_loss']:.4f}  train_loss {metrics.get('train_loss', float('nan')):.4f}  "
+            f"{metrics['seconds']:.2f}s")
+
+
+@main_wrapper
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    config, experiment = resolve_config(args.config, args.overrides)
+    quiet_libraries()
+    from platform.tracking import Tracker, command_line, git_commit, resolve_tracking_uri, ui_command
+    from platform.runtime.trial import run_rounds, start_federations, stop_federations
+
+    tracker = run_id = None
+    uri = None
+    connect_ray(args.address)
+    print(f"{config.algorithm.name} on {config.dataset.name}: {config.clients.num_clients} clients, "
+          f"{config.clients.clients_per_round} per round, {config.rounds} rounds", flush=True)
+    federations = start_federations(config, [config.seed])
+    status = "FAILED"
+    try:
+        if not args.no_mlflow:
+            uri = resolve_tracking_uri(args.tracking_uri)
+            tracker = Tracker(uri, args.experiment or experiment)
+            run_id = tracker.start_run(name=f"{config.algorithm.name}-seed{config.seed}",
+                                       tags={"status": "running", "mlflow.source.git.commit": git_commit(),
+                                             "fedsweep.command": command_line()})
+            tracker.log_params(run_id, config.flat())
+        last = {}
+        for metrics in run_rounds(federations, config.rounds):
+            print(_format(metrics), flush=True)
+            if tracker:
+                tracker.log_metrics(run_id, {k: v for k, v in metrics.items() if k != "round"}, step=metrics["round"])
+            last = metrics
+        if tracker:
+            tracker.log_metrics(run_id, {f"final_{k}": v for k, v in last.items() if k != "round"},
+                                step=last["round"])
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        stop_federations(federations)
+        if tracker and run_id:
+            tracker.set_tag(run_id, "status", {"FINISHED": "completed", "KILLED": "interrupted"}.get(status, "failed"))
+            tracker.end_run(run_id, status)
+            print(f"results: {ui_command(uri)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""FedAvg and FedProx through the algorithm interface, without Ray."""
+import dataclasses
+
+import pytest
+import torch
+
+from algorithms import ALGORITHMS, ClientContext, ClientUpdate, ServerContext, reduce_updates
+from algorithms.common import LocalTraining, get_flat_weights, set_flat_weights
+from algorithms.common.server_optimizer import server_step
+from platform.models import build_model
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return build_model("cnn", (1, 8, 8), 10)
+
+
+def _client(model, n, seed, lr=0.1, epochs=2, cid=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 1, 8, 8, generator=g)
+    y = torch.randint(0, 10, (n,), generator=g)
+    return ClientContext(client_id=cid, x=x, y=y, model=model, training=LocalTraining(epochs, 8, "sgd", lr),
+                         generator=torch.Generator().manual_seed(seed + 100),
+                         noise_generator=torch.Generator().manual_seed(seed + 200), state={}, device=torch.device("cpu"))
+
+
+def _server_ctx(model, lr=1.0, momentum=0.0):
+    return ServerContext(model=model, server_lr=lr, server_momentum=momentum, num_classes=10, device=torch.device("cpu"))
+
+
+def test_fedavg_aggregate_is_the_nk_weighted_mean_of_client_models():
+    algo = ALGORITHMS["fedavg"]()
+    model = _model()
+    ctx = _server_ctx(model)
+    state = algo.init_server_state(get_flat_weights(model), ctx)
+    payload = algo.broadcast(state, [0, 1, 2])
+    sizes = [5, 20, 41]
+    client_models, updates = [], []
+    for i, n in enumerate(sizes):
+        update = algo.client_update(payload, _client(_model(), n, seed=i, cid=i))
+        client_models.append(state.weights + update.tensors["delta"])
+        updates.append(update)
+    # pre-reduce two of them, as a client actor hosting both would
+    partials = [reduce_updates(updates[:2]), updates[2]]
+    new_state = algo.aggregate(state, partials, ctx)
+    expected = sum(n * w for n, w in zip(sizes, client_models)) / sum(sizes)
+    assert torch.allclose(new_state.weights, expected, atol=1e-6)
+    assert new_state.round == 1
+    assert not torch.allclose(new_state.weights, state.weights)
+
+
+def test_reduce_updates_weights_metrics_and_is_associative():
+    ups = [ClientUpdate(w, {"d": torch.tensor([float(i)])}, {"train_loss": float(i)}) for i, w in enumerate([1, 3, 6])]
+    flat = reduce_updates(ups)
+    nested = reduce_updates([reduce_updates(ups[:2]), ups[2]])
+    assert flat.weight == 10 and flat.num_clients == 3 and nested.num_clients == 3
+    assert torch.allclose(flat.tensors["d"], torch.tensor([(0 * 1 + 1 * 3 + 2 * 6) / 10]))
+    assert torch.allclose(flat.tensors["d"], nested.tensors["d"])
+    assert flat.metrics["train_loss"] == pytest.approx(1.5)
+
+
+def test_server_lr_and_momentum():
+    w = torch.zeros(3)
+    d = torch.ones(3)
+    w1, s1 = server_step(w, d, {}, lr=0.5, momentum=0.9)
+    w2, s2 = server_step(w1, d, s1, lr=0.5, momentum=0.9)
+    assert torch.allclose(w1, torch.full((3,), 0.5))
+    assert torch.allclose(w2, w1 + 0.5 * (0.9 * d + d))
+
+
+def test_fedprox_stays_closer_to_the_global_model():
+    start = get_flat_weights(_model(0))
+    distances = {}
+    for mu in (0.0, 1.0):
+        algo = ALGORITHMS["fedprox"](ALGORITHMS["fedprox"].Hyperparams(mu=mu))
+        update = algo.client_update({"weights": start}, _client(_model(5), 64, seed=3, lr=0.2, epochs=5))
+        distances[mu] = float(update.tensors["delta"].norm())
+    assert distances[1.0] < 0.9 * distances[0.0], distances
+
+
+def test_fedprox_with_mu_zero_equals_fedavg():
+    start = get_flat_weights(_model(0))
+    a = ALGORITHMS["fedavg"]().client_update({"weights": start}, _client(_model(1), 30, seed=2))
+    b = ALGORITHMS["fedprox"](ALGORITHMS["fedprox"].Hyperparams(mu=0.0)).client_update(
+        {"weights": start}, _client(_model(1), 30, seed=2))
+    assert torch.equal(a.tensors["delta"], b.tensors["delta"])
+
+
+def test_flat_weights_roundtrip_includes_float_buffers():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    flat = get_flat_weights(model)
+    assert flat.numel() == 3 * 4 + 4 + 4 + 4 + 4 + 4  # weight, bias, bn weight/bias, running mean/var
+    other = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    set_flat_weights(other, flat + 1)
+    assert torch.allclose(get_flat_weights(other), flat + 1)

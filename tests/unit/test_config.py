@@ -1,0 +1,102 @@
+"""Config validation: every bad value gets one error naming the field and what is allowed."""
+import pytest
+
+from platform.config import load_experiment, parse_override
+from platform.errors import ConfigError
+
+
+def _error(data=None, overrides=()):
+    with pytest.raises(ConfigError) as info:
+        load_experiment(data or {}, list(overrides))
+    message = str(info.value)
+    assert "\n" not in message
+    return info.value, message
+
+
+def test_defaults_are_valid_and_flatten_to_dotted_keys():
+    config = load_experiment({})
+    flat = config.flat()
+    assert flat["algorithm.name"] == "fedavg"
+    assert flat["partition.alpha"] == 0.5 and flat["clients.num_clients"] == 10
+
+
+def test_overrides_parse_yaml_scalars_and_reach_algorithm_params():
+    config = load_experiment({}, ["algorithm.name=fedprox", "algorithm.mu=0.25", "rounds=3", "clients.lr=1e-2"])
+    assert config.algorithm.name == "fedprox" and config.algorithm.params.mu == 0.25
+    assert config.rounds == 3 and config.clients.lr == 0.01
+
+
+def test_unknown_algorithm_lists_allowed():
+    err, msg = _error({"algorithm": {"name": "fedmagic"}})
+    assert err.field == "algorithm.name" and "fedavg" in msg and "fedprox" in msg
+
+
+def test_unknown_model_lists_allowed():
+    err, msg = _error({"model": {"name": "resnet9000"}})
+    assert err.field == "model.name" and "cnn" in msg
+
+
+def test_unknown_dataset_lists_allowed():
+    err, msg = _error({"dataset": {"name": "imagenet"}})
+    assert err.field == "dataset.name" and "digits" in msg
+
+
+@pytest.mark.parametrize("alpha", [0, -1.0])
+def test_alpha_must_be_positive(alpha):
+    err, msg = _error({"partition": {"alpha": alpha}})
+    assert err.field == "partition.alpha" and "> 0" in msg
+
+
+def test_clients_per_round_cannot_exceed_clients():
+    err, msg = _error({"clients": {"num_clients": 5, "clients_per_round": 6}})
+    assert err.field == "clients.clients_per_round" and "5" in msg
+
+
+def test_negative_lr_rejected():
+    err, msg = _error(overrides=["clients.lr=-0.1"])
+    assert err.field == "clients.lr" and "> 0" in msg
+
+
+def test_unknown_set_key_names_allowed_keys():
+    err, msg = _error(overrides=["clients.learning_rate=0.1"])
+    assert err.field == "clients.learning_rate" and "lr" in msg
+    err, msg = _error(overrides=["nonsense=1"])
+    assert err.field == "nonsense" and "dataset" in msg
+
+
+def test_hyperparameter_of_another_algorithm_rejected():
+    err, msg = _error(overrides=["algorithm.mu=0.1"])
+    assert err.field == "algorithm.mu" and "fedavg" in msg
+
+
+def test_wrong_type_rejected():
+    err, msg = _error({"rounds": "many"})
+    assert err.field == "rounds" and "integer" in msg
+
+
+def test_missing_data_root_names_expected_files(tmp_path):
+    err, msg = _error({"dataset": {"name": "mnist", "root": str(tmp_path / "nowhere")}})
+    assert err.field == "dataset.root" and "does not exist" in msg and "train-images-idx3-ubyte" in msg
+    err, msg = _error({"dataset": {"name": "cifar10"}})
+    assert err.field == "dataset.root" and "set dataset.root" in msg
+
+
+def test_missing_files_under_existing_root_are_listed(tmp_path):
+    (tmp_path / "MNIST" / "raw").mkdir(parents=True)
+    (tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte").write_bytes(b"")
+    err, msg = _error({"dataset": {"name": "mnist", "root": str(tmp_path)}})
+    assert "3 file(s)" in msg and "t10k-labels-idx1-ubyte" in msg
+
+
+def test_override_syntax_error():
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_override("rounds")
+
+
+def test_seed_streams_are_separate_and_derived():
+    config = load_experiment({"seed": 3})
+    seeds = {s: config.stream_seed(s) for s in ("partition", "init", "sampling", "training", "noise")}
+    assert len(set(seeds.values())) == 5
+    assert load_experiment({"seed": 3}).stream_seed("init") == seeds["init"]
+    explicit = load_experiment({"seed": 3, "seeds": {"partition": 7}})
+    assert explicit.stream_seed("partition") == 7 and explicit.stream_seed("init") == seeds["init"]
