@@ -76,7 +76,7 @@ def main(argv=None) -> int:
             tracker = Tracker(uri, args.experiment or experiment)
             run_id = tracker.start_run(name=f"{config.algorithm.name}-seed{config.seed}",
                                        tags={"status": "running", "mlflow.source.git.commit": git_commit(),
-                                             "fedsweep.command": command_line()})
+                                             "fedsweep.command": command_line("platform.run", argv)})
             tracker.log_params(run_id, config.flat())
         last = {}
         for metrics in run_rounds(federations, config.rounds):

@@ -175,14 +175,7 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
     params_raw = raw.get("parameters") or {}
     if not isinstance(params_raw, dict):
         raise ConfigError("parameters", "must map dotted config keys to distributions")
-    parameters: dict[str, Distribution] = {}
-    for key, dist_raw in params_raw.items():
-        dist = parse_distribution(key, dist_raw)
-        for cond in dist.when:
-            if cond not in parameters:
-                raise ConfigError(f"parameters.{key}.when", f"refers to {cond!r}, which is not a parameter "
-                                                            f"defined before it; defined: {', '.join(parameters)}")
-        parameters[key] = dist
+    parameters = _dependency_order({key: parse_distribution(key, d) for key, d in params_raw.items()})
     search_raw = dict(raw.get("search") or {})
     if num_samples is not None:
         search_raw["num_samples"] = num_samples
@@ -199,6 +192,23 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
                         str(raw.get("description") or ""), base, parameters, search)
     _validate_parameter_values(space)
     return space
+
+
+def _dependency_order(parameters: dict[str, Distribution]) -> dict[str, Distribution]:
+    """Order parameters so each comes after those its ``when`` refers to (file order otherwise kept)."""
+    for key, dist in parameters.items():
+        for cond in dist.when:
+            if cond not in parameters:
+                raise ConfigError(f"parameters.{key}.when", f"refers to {cond!r}, which is not a parameter; "
+                                                            f"parameters: {', '.join(parameters)}")
+    ordered: dict[str, Distribution] = {}
+    while len(ordered) < len(parameters):
+        ready = [k for k, d in parameters.items() if k not in ordered and all(c in ordered for c in d.when)]
+        if not ready:
+            cycle = [k for k in parameters if k not in ordered]
+            raise ConfigError(f"parameters.{cycle[0]}.when", f"conditions form a cycle among {', '.join(cycle)}")
+        ordered.update((k, parameters[k]) for k in ready)
+    return ordered
 
 
 def _validate_parameter_values(space: SearchSpace) -> None:

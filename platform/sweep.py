@@ -106,6 +106,7 @@ def _latest_experiment(storage: str, name: str) -> Optional[str]:
 @main_wrapper
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.list:
         print("\n".join(available_search_spaces()))
         return 0
@@ -146,7 +147,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         parent_run_id = tracker.start_run(
             name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
             tags={"fedsweep.search_space": space.name, "mlflow.source.git.commit": git_commit(),
-                  "fedsweep.command": command_line(), "status": "running",
+                  "fedsweep.command": command_line("platform.sweep", args.argv), "status": "running",
                   "fedsweep.description": space.description})
         tracker.log_params(parent_run_id, {
             **{f"base.{k}": v for k, v in base_config.flat().items()},

@@ -57,11 +57,10 @@ def git_commit() -> str:
         return "unknown"
 
 
-def command_line() -> str:
-    return " ".join(shlex.quote(a) for a in [os.path.basename(sys.executable), "-m",
-                                             sys.modules["__main__"].__spec__.name
-                                             if getattr(sys.modules["__main__"], "__spec__", None) else sys.argv[0],
-                                             *sys.argv[1:]])
+def command_line(module: str, argv: Optional[list[str]] = None) -> str:
+    """The command as the user would retype it, e.g. ``python -m platform.sweep smoke --set rounds=3``."""
+    argv = sys.argv[1:] if argv is None else argv
+    return " ".join(["python", "-m", module, *(shlex.quote(a) for a in argv)])
 
 
 def _client(uri: str):
