@@ -33,8 +33,23 @@ def quiet_libraries() -> None:
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "0")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     for name in ("ray", "ray.tune", "ray.train", "mlflow", "alembic", "optuna"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def leave_ray_job_working_dir(home: str) -> None:
+    """Under ``ray job submit --working-dir``, move to the stable results home.
+
+    The job's working directory is a temporary copy that Ray may delete while the job still runs (we saw
+    it vanish once the trial actors released it, breaking ``os.getcwd()``). Everything the sweep reads
+    from it (the search-space file) is loaded before this call.
+    """
+    from platform.tracking import in_ray_job
+
+    if in_ray_job():
+        os.makedirs(home, exist_ok=True)
+        os.chdir(home)
 
 
 def connect_ray(address: str | None = None) -> str:

@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 
-from platform.cli import connect_ray, main_wrapper, quiet_libraries
+from platform.cli import connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
 from platform.config import load_experiment, parse_override, load_yaml, apply_overrides, build_experiment
 from platform.errors import UserError
 
@@ -60,11 +60,13 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     config, experiment = resolve_config(args.config, args.overrides)
     quiet_libraries()
-    from platform.tracking import Tracker, command_line, git_commit, resolve_tracking_uri, ui_command
+    from platform.tracking import Tracker, command_line, git_commit, resolve_tracking_uri, results_home, ui_command
+
+    uri = None if args.no_mlflow else resolve_tracking_uri(args.tracking_uri)
+    leave_ray_job_working_dir(results_home())
     from platform.runtime.trial import run_rounds, start_federations, stop_federations
 
     tracker = run_id = None
-    uri = None
     connect_ray(args.address)
     print(f"{config.algorithm.name} on {config.dataset.name}: {config.clients.num_clients} clients, "
           f"{config.clients.clients_per_round} per round, {config.rounds} rounds", flush=True)
@@ -72,7 +74,6 @@ def main(argv=None) -> int:
     status = "FAILED"
     try:
         if not args.no_mlflow:
-            uri = resolve_tracking_uri(args.tracking_uri)
             tracker = Tracker(uri, args.experiment or experiment)
             run_id = tracker.start_run(name=f"{config.algorithm.name}-seed{config.seed}",
                                        tags={"status": "running", "mlflow.source.git.commit": git_commit(),

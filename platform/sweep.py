@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Optional
 
-from platform.cli import connect_ray, main_wrapper, quiet_libraries
+from platform.cli import connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
 from platform.config import parse_override
 from platform.errors import UserError
 from platform.search_space import available_search_spaces, grid_points, load_search_space
@@ -126,6 +126,7 @@ def main(argv=None) -> int:
         raise UserError(f"--resume: no earlier run of sweep {space.name!r} under {storage}")
     tracking_uri = resolve_tracking_uri(args.tracking_uri)
     quiet_libraries()
+    leave_ray_job_working_dir(results_home())
     return _run(args, space, base_config, storage, tracking_uri, resume_dir)
 
 

@@ -1,0 +1,88 @@
+"""End to end with real processes: a two-node local Ray cluster (`ray start`), `ray job submit` of the
+smoke sweep, and a check of the MLflow store the job printed, after the job has ended."""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO_ROOT, mlflow_runs
+
+pytestmark = pytest.mark.e2e
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray(*args, env, timeout=180):
+    return subprocess.run([RAY, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Head plus one worker node on this machine; token auth on, as Ray 2.60 does by default."""
+    import ray
+
+    ray.shutdown()  # no driver of ours may hold a local instance while we start a cluster
+    # the job's `python` must be this interpreter (the one fedsweep is installed in), as with an active venv
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    env = {**os.environ, "PATH": path, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    gcs_port, dashboard_port = _free_port(), _free_port()
+    head = _ray("start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
+                "--dashboard-host=127.0.0.1", "--num-cpus=1", "--object-store-memory=300000000",
+                "--disable-usage-stats", env=env)
+    assert head.returncode == 0, head.stdout + head.stderr
+    try:
+        worker = _ray("start", f"--address=127.0.0.1:{gcs_port}", "--num-cpus=1",
+                      "--object-store-memory=300000000", env=env)
+        assert worker.returncode == 0, worker.stdout + worker.stderr
+        address = f"http://127.0.0.1:{dashboard_port}"
+        deadline = time.time() + 60
+        while _ray("job", "list", f"--address={address}", env=env, timeout=60).returncode != 0:
+            assert time.time() < deadline, "job server did not come up"
+            time.sleep(2)
+        yield {"env": env, "address": address}
+    finally:
+        _ray("stop", "--force", env=env, timeout=120)
+
+
+def test_job_submit_smoke_sweep_lands_in_stable_store(cluster, tmp_path):
+    home = tmp_path / "fedsweep_home"
+    runtime_env = json.dumps({"env_vars": {"FEDSWEEP_HOME": str(home)}})
+    submit = subprocess.run(
+        [RAY, "job", "submit", f"--address={cluster['address']}", "--working-dir", ".",
+         "--runtime-env-json", runtime_env, "--", "python", "-m", "platform.sweep", "smoke"],
+        cwd=REPO_ROOT, env=cluster["env"], capture_output=True, text=True, timeout=600)
+    output = submit.stdout + submit.stderr
+    assert submit.returncode == 0, output[-5000:]
+    assert "succeeded" in output
+    job_id = re.search(r"Job '(raysubmit_\w+)' succeeded", output).group(1)
+    status = subprocess.run(
+        [sys.executable, "-c", "import sys; from ray.job_submission import JobSubmissionClient as C; "
+                               "print(C(sys.argv[1]).get_job_status(sys.argv[2]))", cluster["address"], job_id],
+        env=cluster["env"], capture_output=True, text=True, timeout=120)
+    assert status.stdout.strip().endswith("SUCCEEDED"), status.stdout + status.stderr
+    uri = re.search(r"mlflow ui --backend-store-uri (\S+)", output).group(1)
+    assert uri == f"sqlite:///{home / 'mlflow.db'}"  # outside the job's temporary working dir
+    client, runs = mlflow_runs(uri, "smoke")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(children) == 6 == len(runs) - 1
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert child.data.tags["status"] in ("completed", "early-stopped")
+        history = client.get_metric_history(child.info.run_id, "test_accuracy")
+        assert len(history) >= 1 and [m.step for m in history] == list(range(1, len(history) + 1))
+    assert any(r.data.tags["status"] == "completed" for r in children)
+    assert os.path.isdir(home / "ray_results")
