@@ -218,6 +218,8 @@ def _report(grid, space, tracker, parent_run_id, tracking_uri, storage) -> str:
           f"{best.metrics.get('round')}")
     for k, v in params.items():
         print(f"  {k} = {v}")
+    rerun = " ".join(f"--set {k}={v}" for k, v in params.items())
+    print(f"rerun it alone: python -m platform.run {space.name} {rerun}")
     print(f"tune storage: {grid.experiment_path}")
     return "FINISHED"
 
