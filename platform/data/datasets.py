@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -23,6 +23,8 @@ class ArrayDataset:
     x: np.ndarray  # float32, N×C×H×W (images) or N×D (vectors)
     y: np.ndarray  # int64 class labels
     num_classes: int
+    groups: Optional[np.ndarray] = None  # natural client id per sample (LEAF synthetic, EMNIST writers), if any
+    coarse_y: Optional[np.ndarray] = None  # coarse labels (CIFAR-100 superclasses), if any
 
     def __len__(self) -> int:
         return len(self.y)

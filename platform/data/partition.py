@@ -6,7 +6,7 @@ and generator type but give it its own seed (the partition stream), so no other 
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -57,17 +57,21 @@ def iid_partition(labels: np.ndarray, num_clients: int, seed: int) -> list[np.nd
     return [np.asarray(s) for s in np.array_split(order, num_clients)]
 
 
+# Each entry: (labels, cfg: PartitionConfig, num_clients, seed, groups, coarse_labels) -> one index array per client.
+# ``groups`` (natural client id per sample) and ``coarse_labels`` (e.g. CIFAR-100 superclasses) are None
+# when the dataset has none.
 PARTITIONS: dict[str, Callable] = {
-    "dirichlet": lambda labels, cfg, num_clients, seed: dirichlet_partition(
+    "dirichlet": lambda labels, cfg, num_clients, seed, groups, coarse: dirichlet_partition(
         labels, num_clients, cfg.alpha, seed, cfg.min_share),
-    "iid": lambda labels, cfg, num_clients, seed: iid_partition(labels, num_clients, seed),
+    "iid": lambda labels, cfg, num_clients, seed, groups, coarse: iid_partition(labels, num_clients, seed),
 }
 
 
-def partition_clients(labels: np.ndarray, cfg, num_clients: int, seed: int) -> list[np.ndarray]:
+def partition_clients(labels: np.ndarray, cfg, num_clients: int, seed: int, groups: Optional[np.ndarray] = None,
+                      coarse_labels: Optional[np.ndarray] = None) -> list[np.ndarray]:
     if num_clients > len(labels):
         raise ConfigError("clients.num_clients", f"{num_clients} clients but only {len(labels)} training samples")
-    return PARTITIONS[cfg.kind](labels, cfg, num_clients, seed)
+    return PARTITIONS[cfg.kind](labels, cfg, num_clients, seed, groups, coarse_labels)
 
 
 def class_counts(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:

@@ -32,12 +32,14 @@ class SharedData:
     train_labels: np.ndarray
     input_shape: tuple
     num_classes: int
+    train_groups: Optional[np.ndarray] = None
+    train_coarse_labels: Optional[np.ndarray] = None
 
 
 def share_dataset(dataset_config) -> SharedData:
     train, test = load_dataset(dataset_config)
     return SharedData(dataset_config, ray.put((train.x, train.y)), ray.put((test.x, test.y)), train.y,
-                      train.input_shape, train.num_classes)
+                      train.input_shape, train.num_classes, train.groups, train.coarse_y)
 
 
 class Federation:
@@ -51,7 +53,7 @@ class Federation:
         self.data = data
         clients = config.clients
         self.shards = partition_clients(data.train_labels, config.partition, clients.num_clients,
-                                        config.stream_seed("partition"))
+                                        config.stream_seed("partition"), data.train_groups, data.train_coarse_labels)
         self.num_actors = min(pool_size(config.resources), clients.num_clients)
         bundle = client_bundle(config.resources)
         wants_gpu = config.resources.gpu > 0
