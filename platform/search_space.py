@@ -99,6 +99,8 @@ class SearchConfig:
     seeds: Optional[list[int]] = spec(None, doc="Run every configuration on each seed; report mean and std.")
     max_concurrent_trials: Optional[int] = spec(None, doc="Trials at once; default: as resources allow.", ge=1)
     sampler_seed: int = spec(0, doc="Seed of the Optuna sampler.", ge=0)
+    checkpoint_every: int = spec(0, doc="Checkpoint each trial every this many rounds so --resume continues it "
+                                        "mid-way; 0 = never (an interrupted trial restarts from round 1).", ge=0)
 
     def validate(self, path: str) -> None:
         if self.seeds is not None:

@@ -157,16 +157,19 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
             **{f"search.{k}": v for k, v in vars(space.search).items() if k != "scheduler"},
             "search.scheduler": space.search.scheduler.kind, "search.seeds": space.seeds})
     status = "FAILED"
+    callback = None
     try:
         mode = connect_ray(args.address)
         print(f"sweep {space.name}: {space.search.num_samples} trial(s) x {len(space.seeds)} seed(s), "
               f"{base_config.rounds} rounds, searcher {space.search.searcher}, Ray {mode}", flush=True)
-        callback = MlflowSweepCallback(tracker, parent_run_id, space, base_config.rounds,
-                                       space.search.num_samples if space.search.searcher != "grid"
-                                       else space.search.num_samples * len(grid_points(space)), quiet=args.quiet)
+        expected_trials = space.search.num_samples * (len(grid_points(space)) if space.search.searcher == "grid"
+                                                      else 1)
+        callback = MlflowSweepCallback(tracker, parent_run_id, space, base_config.rounds, expected_trials,
+                                       quiet=args.quiet)
         shared = share_dataset(base_config.dataset)  # into the object store once, for every trial
         trainable = tune.with_resources(
-            tune.with_parameters(sweep_trial, base=space.base, seeds=space.seeds, shared=shared),
+            tune.with_parameters(sweep_trial, base=space.base, seeds=space.seeds, shared=shared,
+                                 checkpoint_every=space.search.checkpoint_every),
             tune.PlacementGroupFactory(trial_bundles(base_config.resources)))
         if resume_dir:
             tuner = tune.Tuner.restore(resume_dir, trainable, resume_unfinished=True, resume_errored=True)
@@ -185,22 +188,35 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
                     num_samples=search.num_samples, metric=search.metric, mode=search.mode,
                     max_concurrent_trials=search.max_concurrent_trials),
                 run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=[callback], verbose=0,
-                                          failure_config=tune.FailureConfig(max_failures=0)))
+                                          failure_config=tune.FailureConfig(max_failures=0),
+                                          checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
         grid = tuner.fit()
-        status = _report(grid, space, tracker, parent_run_id, tracking_uri, storage)
+        status = _report(grid, space, tracker, parent_run_id, callback, expected_trials)
     except KeyboardInterrupt:
         status = "KILLED"
+        if callback is not None:
+            callback.close_open_runs("interrupted", "KILLED")
         raise
     finally:
         tracker.set_tag(parent_run_id, "status", {"FINISHED": "completed", "KILLED": "interrupted"}.get(
             status, "failed"))
         tracker.end_run(parent_run_id, status)
         print(f"results: {ui_command(tracking_uri)}", flush=True)
-    return 0 if status == "FINISHED" else 1
+    return {"FINISHED": 0, "KILLED": 130}.get(status, 1)
 
 
-def _report(grid, space, tracker, parent_run_id, tracking_uri, storage) -> str:
+def _interrupted(grid, expected: int) -> bool:
+    """True when Tune returned before every trial ended (Ctrl-C, or the driver was asked to stop)."""
+    trials = grid._experiment_analysis.trials
+    return len(trials) < expected or any(t.status not in ("TERMINATED", "ERROR") for t in trials)
+
+
+def _report(grid, space, tracker, parent_run_id, callback, expected: int) -> str:
     metric, mode = space.search.metric, space.search.mode
+    if _interrupted(grid, expected):
+        callback.close_open_runs("interrupted", "KILLED")
+        print(f"\ninterrupted; continue with: python -m platform.sweep {space.name} --resume", file=sys.stderr)
+        return "KILLED"
     finished = [r for r in grid if r.error is None and r.metrics and metric in r.metrics]
     failed = sum(1 for r in grid if r.error is not None)
     if not finished:
@@ -213,7 +229,8 @@ def _report(grid, space, tracker, parent_run_id, tracking_uri, storage) -> str:
                                               else "")
     tracker.log_metrics(parent_run_id, {f"best_{metric}": best.metrics[metric],
                                         "trials_completed": len(finished), "trials_failed": failed})
-    tracker.log_params(parent_run_id, {f"best.{k}": v for k, v in params.items()})
+    for k, v in params.items():  # tags, not params: a resumed sweep may find a different best
+        tracker.set_tag(parent_run_id, f"best.{k}", str(v))
     print(f"\nbest of {len(finished)} trial(s) ({failed} failed): {metric} = {figure} at round "
           f"{best.metrics.get('round')}")
     for k, v in params.items():

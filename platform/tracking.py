@@ -155,14 +155,24 @@ class MlflowSweepCallback(tune.Callback):
         self.numbers: dict[str, int] = {}  # trial_id -> 1-based order of start
         self.best: dict[str, float] = {}  # trial_id -> best metric so far
         self.last: dict[str, dict] = {}  # trial_id -> last reported round metrics
+        self.open: set[str] = set()  # trial ids whose MLflow run has not ended
 
     # Tune saves/restores callback state with the experiment, so --resume continues the same runs.
     def get_state(self) -> dict:
-        return {"runs": self.runs, "numbers": self.numbers, "best": self.best, "last": self.last}
+        return {"runs": self.runs, "numbers": self.numbers, "best": self.best, "last": self.last,
+                "open": sorted(self.open)}
 
     def set_state(self, state: dict) -> None:
         self.runs, self.numbers = dict(state["runs"]), dict(state["numbers"])
         self.best, self.last = dict(state["best"]), dict(state["last"])
+        self.open = set(state.get("open", ()))
+
+    def close_open_runs(self, status: str, mlflow_status: str) -> None:
+        """End every child run still open (the sweep was interrupted); --resume reopens them."""
+        for trial_id in sorted(self.open):
+            self.tracker.set_tag(self.runs[trial_id], "status", status)
+            self.tracker.end_run(self.runs[trial_id], mlflow_status)
+        self.open.clear()
 
     def _say(self, text: str) -> None:
         if not self.quiet:
@@ -177,8 +187,10 @@ class MlflowSweepCallback(tune.Callback):
         return dict(config.get("params", config))
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        if trial.trial_id in self.runs:  # resumed trial: keep its run
+        if trial.trial_id in self.runs:  # resumed trial: reopen its run
+            self.tracker.client.update_run(self.runs[trial.trial_id], status="RUNNING")
             self.tracker.set_tag(self.runs[trial.trial_id], "status", "running")
+            self.open.add(trial.trial_id)
             return
         self.numbers[trial.trial_id] = len(self.numbers) + 1
         params = self.trial_params(trial)
@@ -192,6 +204,7 @@ class MlflowSweepCallback(tune.Callback):
         flat["search.seeds"] = self.space.seeds
         self.tracker.log_params(run_id, flat)
         self.runs[trial.trial_id] = run_id
+        self.open.add(trial.trial_id)
         self._say(f"{self._label(trial)} start  " + ", ".join(f"{k}={_short(v)}" for k, v in params.items()))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -199,6 +212,8 @@ class MlflowSweepCallback(tune.Callback):
         if run_id is None:
             return
         step = int(result.get("round", result.get("training_iteration", 0)))
+        if step <= self.last.get(trial.trial_id, {}).get("round", 0):
+            return  # a resumed trial recomputing rounds it already logged (deterministic: same values)
         metrics = round_metrics(result)
         self.tracker.log_metrics(run_id, metrics, step=step)
         self.last[trial.trial_id] = {"round": step, **metrics}
@@ -223,6 +238,7 @@ class MlflowSweepCallback(tune.Callback):
         self.tracker.log_metrics(run_id, summary, step=int(last.get("round", 0)))
         self.tracker.set_tag(run_id, "status", status)
         self.tracker.end_run(run_id, mlflow_status)
+        self.open.discard(trial.trial_id)
         metric = self.space.search.metric
         final = f"  {metric} {last[metric]:.4f}" if metric in last else ""
         self._say(f"{self._label(trial)} {status}{final}")

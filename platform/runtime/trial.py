@@ -6,6 +6,9 @@ can stop it between rounds.
 """
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
 import ray
 from ray import tune
@@ -55,12 +58,27 @@ def run_rounds(federations: list[Federation], rounds: int, first_round: int = 0)
         yield summarise_seeds([f.finish_round(ref) for f, ref in zip(federations, refs)])
 
 
-def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: SharedData | None = None) -> None:
+def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: SharedData | None = None,
+                checkpoint_every: int = 0) -> None:
+    """Run one trial; with ``checkpoint_every`` > 0 it checkpoints every that many rounds and resumes from
+    the latest checkpoint when Tune restores it (``platform.sweep --resume``)."""
     params = trial_config.get("params", trial_config)
     config = build_experiment(apply_overrides(base, params))
     federations = start_federations(config, seeds, shared)
     try:
-        for metrics in run_rounds(federations, config.rounds):
-            tune.report(metrics)
+        checkpoint = tune.get_checkpoint()
+        if checkpoint is not None:
+            with checkpoint.as_directory() as directory:
+                for i, f in enumerate(federations):
+                    f.load(os.path.join(directory, f"seed_{i}.pt"))
+        for metrics in run_rounds(federations, config.rounds, federations[0].round):
+            round_index = metrics["round"]
+            if checkpoint_every and (round_index % checkpoint_every == 0 or round_index == config.rounds):
+                with tempfile.TemporaryDirectory() as directory:
+                    for i, f in enumerate(federations):
+                        f.save(os.path.join(directory, f"seed_{i}.pt"))
+                    tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
+            else:
+                tune.report(metrics)
     finally:
         stop_federations(federations)

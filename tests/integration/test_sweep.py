@@ -92,3 +92,42 @@ def test_failed_trial_is_marked_failed(ray_local, tracking_uri, tmp_path, capsys
     _, runs = mlflow_runs(tracking_uri, "broken")
     statuses = sorted((r.info.status, r.data.tags.get("status")) for r in runs)
     assert statuses == [("FAILED", "failed"), ("FAILED", "failed")]
+
+
+def test_interrupted_sweep_resumes_without_duplicate_rounds(tmp_path):
+    """Ctrl-C mid-sweep, then --resume: every run ends FINISHED and no round is logged twice."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO_ROOT, run_cli
+
+    space = dict(FAST_SPACE)
+    space["base"] = {**FAST_SPACE["base"], "rounds": 6}
+    space["search"] = {**FAST_SPACE["search"], "seeds": [0], "checkpoint_every": 2, "max_concurrent_trials": 1}
+    path = tmp_path / "resumable.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = [str(path), "--tracking-uri", uri, "--storage-path", str(tmp_path / "tune")]
+    proc = subprocess.Popen([sys.executable, "-m", "platform.sweep", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    seen = []
+    deadline = time.time() + 240
+    for line in proc.stdout:
+        seen.append(line)
+        if "[trial 2/3] round 3/6" in line or time.time() > deadline:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest, _ = proc.communicate(timeout=240)
+    seen.append(rest)
+    assert proc.returncode != 0, "".join(seen)
+    assert "--resume" in "".join(seen)
+    resumed = run_cli("platform.sweep", *args, "--resume", cwd=REPO_ROOT, timeout=480)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    client, runs = mlflow_runs(uri, "resumable")
+    assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
+    for child in (r for r in runs if "mlflow.parentRunId" in r.data.tags):
+        steps = [m.step for m in client.get_metric_history(child.info.run_id, "test_accuracy")]
+        assert steps == list(range(1, 7)), steps
+        assert child.data.tags["status"] == "completed"
