@@ -5,8 +5,12 @@ Algorithms are pure PyTorch: they never touch Ray or MLflow, so each can be test
 from algorithms.base import Algorithm, ClientContext, ClientUpdate, ServerContext, ServerState, reduce_updates
 from algorithms.fedavg import FedAvg
 from algorithms.fedprox import FedProx
+from algorithms.fedkp import FedKP, FedKPCM, FedKPPA
+from algorithms.fedpa import FedPA
+from algorithms.sgld import SGLD
 
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg, FedProx)}
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg, FedProx, FedKP, FedKPCM, FedKPPA, FedPA,
+                                                                      SGLD)}
 
 __all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "ClientUpdate", "ServerContext", "ServerState",
            "reduce_updates"]

@@ -59,6 +59,7 @@ class ClientContext:
     noise_generator: torch.Generator  # DP or sampling noise; seeded by (noise seed, round, client)
     state: dict  # persistent per-client state across rounds
     device: torch.device
+    public_x: Optional[torch.Tensor] = None  # unlabelled public data (distillation methods), shared by all clients
 
     @property
     def num_samples(self) -> int:
@@ -108,6 +109,9 @@ class Algorithm:
     #: True when the server only needs the weighted mean of client updates, so actors may pre-reduce.
     #: Methods that need every client's model (FedKP) set False and receive one update per client.
     summable: ClassVar[bool] = True
+    #: True when clients may run different architectures (``model.architectures``): the method exchanges
+    #: predictions or distilled targets, never weights.
+    heterogeneous_models: ClassVar[bool] = False
 
     def __init__(self, hparams: Any = None):
         self.hp = hparams if hparams is not None else self.Hyperparams()

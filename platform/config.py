@@ -15,40 +15,114 @@ from typing import Any, Optional
 import numpy as np
 import yaml
 
+from platform.data.public import PublicDataConfig
 from platform.errors import ConfigError
 from platform.schema import build, flatten, spec, to_dict
 
 
 @dataclass(frozen=True)
 class DatasetConfig:
+    """Which data, read how. Dataset-specific knobs are null unless that dataset is chosen (then validated)."""
+
     name: str = spec("digits", doc="Dataset name; see platform.data.DATASETS.")
     root: Optional[str] = spec(None, doc="Data root for torchvision datasets (MNIST, CIFAR-10, ...).")
     download: bool = spec(False, doc="Let torchvision download missing files (needs a network).")
+    normalization: Optional[str] = spec(None, doc="Input normalisation, see platform.data.NORMALIZATIONS "
+                                                  "(none, mnist, imagenet, cifar10, ...); null = the dataset's "
+                                                  "default (the one its spec uses, e.g. spec/feded.md §4.1).")
+    split: Optional[str] = spec(None, doc="EMNIST split: letters (default; spec/feded.md §4.1), balanced, "
+                                          "byclass, bymerge, digits, mnist.")
+    emnist_upright: bool = spec(False, doc="EMNIST only: transpose images to MNIST's orientation (torchvision "
+                                           "keeps the files' transposed one), e.g. with MNIST as public data.")
+    image_size: Optional[int] = spec(None, doc="Resize images to this side (bilinear, antialiased), e.g. 32 "
+                                               "for STL-10 with a CIFAR model; null = native size.", ge=1)
+    synthetic_alpha: Optional[float] = spec(None, doc="Synthetic(α, β): α, spread of the per-client model "
+                                                      "(std of u_k); null = 1.", ge=0)
+    synthetic_beta: Optional[float] = spec(None, doc="Synthetic(α, β): β, spread of the per-client input "
+                                                     "means (std of B_k); null = 1.", ge=0)
+    synthetic_clients: Optional[int] = spec(None, doc="Synthetic: number of generating clients (the groups); "
+                                                      "null = 30 as FedProx.", ge=1)
+    synthetic_samples: Optional[int] = spec(None, doc="Synthetic: samples per generating client (train + "
+                                                      "test); null = lognormal(4, 2) + 50 as FedProx/LEAF.",
+                                            ge=2)
+    synthetic_seed: Optional[int] = spec(None, doc="Synthetic: seed of the generator and of its fixed "
+                                                   "per-client 80/20 train/test split; null = 0.", ge=0)
+    synthetic_class_means: Optional[bool] = spec(None, doc="Synthetic, extension: one model mean u_kc per class "
+                                                           "instead of one per client. With the paper's single u_k "
+                                                           "every logit shifts equally and α cannot change the "
+                                                           "labels; null = false (as the paper).")
 
     def validate(self, path: str) -> None:
-        from platform.data import DATASETS
+        from platform.data.datasets import validate_dataset_config
 
-        if self.name not in DATASETS:
-            raise ConfigError(f"{path}.name", f"unknown dataset {self.name!r}; allowed: {', '.join(DATASETS)}")
+        validate_dataset_config(self, path or "dataset")
 
 
 @dataclass(frozen=True)
 class PartitionConfig:
-    kind: str = spec("dirichlet", doc="How training data is split over clients; see platform.data.PARTITIONS.")
-    alpha: float = spec(0.5, doc="Dirichlet concentration α (smaller = more label skew). spec/feded.md §4.2.", gt=0)
+    kind: str = spec("dirichlet", doc="How training data is split over clients; see platform.data.PARTITIONS: "
+                                      "iid | dirichlet | lda | hierarchical_lda | classes_per_client | "
+                                      "unequal_classes | natural.")
+    alpha: float = spec(0.5, doc="Dirichlet concentration α (smaller = more skew): dirichlet (spec/feded.md §4.2, "
+                                 "spec/fedaux.md §6.1), lda (spec/fedkp_fedpa.md §7.1), the coarse-level α of "
+                                 "hierarchical_lda (§7.4), unequal_classes (spec/mnfl.md §10 #19).", gt=0)
     min_share: float = spec(0.01, doc="Redraw until every client's summed class share exceeds this (§4.2).", ge=0,
                             lt=1)
+    equal_sizes: bool = spec(False, doc="dirichlet only: FedAUX's Sinkhorn-balanced variant with equal client "
+                                        "sizes (spec/fedaux.md §6.1); ignores min_share.")
+    samples_per_client: Optional[int] = spec(None, doc="N, samples per client for lda / hierarchical_lda "
+                                                       "(spec/fedkp_fedpa.md §7.1); null = §7.2's class-balanced "
+                                                       "pool, N = C·⌊min_c N^c / K⌋.", ge=1)
+    beta: float = spec(10.0, doc="β, the fine-label concentration of hierarchical_lda (spec/fedkp_fedpa.md §7.4; "
+                                 "β = 10 there).", gt=0)
+    lda_quirk_compat: bool = spec(False, doc="lda / hierarchical_lda: keep the authors' no-op renormalisation "
+                                             "(missing mass to the last label; spec/fedkp_fedpa.md §7.1, §12 A15).")
+    classes_per_client: Optional[int] = spec(None, doc="k, the classes each client holds for classes_per_client "
+                                                       "(MNFL Non-IID_1: k = 2; spec/mnfl.md §4, §10 #20).", ge=1)
+    min_per_class: int = spec(5, doc="unequal_classes: samples of every class each client gets before the "
+                                     "Dirichlet split (MNFL Non-IID_2; spec/mnfl.md §10 #19).", ge=0)
+    sampling_alpha: Optional[float] = spec(None, doc="Client-sampling skew 𝒬: per-round selection probabilities "
+                                                     "π ~ Dir(α·1) drawn once (spec/fedkp_fedpa.md §7.3, §12 A9); "
+                                                     "null = uniform sampling (α → ∞).", gt=0)
+    val_fraction: float = spec(0.0, doc="Per-client validation share of each client's data (split_clients).",
+                               ge=0, lt=1)
+    test_fraction: float = spec(0.0, doc="Per-client test share of each client's data (MNFL: 0.25, "
+                                         "spec/mnfl.md §4).", ge=0, lt=1)
 
     def validate(self, path: str) -> None:
         from platform.data import PARTITIONS
 
         if self.kind not in PARTITIONS:
             raise ConfigError(f"{path}.kind", f"unknown partition {self.kind!r}; allowed: {', '.join(PARTITIONS)}")
+        if self.kind == "classes_per_client" and self.classes_per_client is None:
+            raise ConfigError(f"{path}.classes_per_client", f"required when {path}.kind=classes_per_client: an "
+                                                            f"integer k >= 1, at most the number of classes")
+        if self.classes_per_client is not None and self.kind != "classes_per_client":
+            raise ConfigError(f"{path}.classes_per_client", f"only used by {path}.kind=classes_per_client "
+                                                            f"(kind is {self.kind!r}); leave it null")
+        if self.equal_sizes and self.kind != "dirichlet":
+            raise ConfigError(f"{path}.equal_sizes", f"only allowed with {path}.kind=dirichlet "
+                                                     f"(kind is {self.kind!r})")
+        lda_kinds = ("lda", "hierarchical_lda")
+        if self.samples_per_client is not None and self.kind not in lda_kinds:
+            raise ConfigError(f"{path}.samples_per_client", f"only used by {path}.kind=lda or hierarchical_lda "
+                                                            f"(kind is {self.kind!r}); leave it null")
+        if self.lda_quirk_compat and self.kind not in lda_kinds:
+            raise ConfigError(f"{path}.lda_quirk_compat", f"only allowed with {path}.kind=lda or hierarchical_lda "
+                                                          f"(kind is {self.kind!r})")
+        if self.val_fraction + self.test_fraction >= 1:
+            raise ConfigError(f"{path}.test_fraction", f"val_fraction + test_fraction must be < 1 so clients keep "
+                                                       f"training data, got {self.val_fraction} + "
+                                                       f"{self.test_fraction}")
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = spec("cnn", doc="Model name; see platform.models.MODELS.")
+    name: str = spec("cnn", doc="Model name (the global/server model); see platform.models.MODELS.")
+    architectures: Optional[list[str]] = spec(
+        None, doc="Heterogeneous clients: model names assigned to clients in contiguous blocks (e.g. "
+                  "[lenet, alexnet, resnet18, shufflenet_v2] gives 5 clients each of 20, as in MNFL). Only for "
+                  "methods that exchange predictions rather than weights (distillation).")
 
     def validate(self, path: str) -> None:
         from platform.models import MODELS
@@ -123,6 +197,7 @@ class ExperimentConfig:
     seed: int = spec(0, doc="Base seed; each stream in `seeds` derives from it unless set.", ge=0)
     seeds: SeedsConfig = spec(factory=SeedsConfig)
     resources: ResourcesConfig = spec(factory=ResourcesConfig)
+    public: PublicDataConfig = spec(factory=PublicDataConfig)
 
     def stream_seed(self, stream: str) -> int:
         """The seed of one random stream: explicit in ``seeds``, else derived from ``seed`` and the stream."""
@@ -179,8 +254,20 @@ def build_experiment(data: dict) -> ExperimentConfig:
 
 def _check_cross_section(config: ExperimentConfig) -> None:
     from platform.data import check_dataset_available
+    from platform.data.public import check_public_available
 
     check_dataset_available(config.dataset)
+    check_public_available(config.public, config.dataset)
+    if config.model.architectures is not None:
+        from algorithms import ALGORITHMS
+        from platform.models import assign_architectures
+
+        if not ALGORITHMS[config.algorithm.name].heterogeneous_models:
+            capable = [n for n, a in ALGORITHMS.items() if a.heterogeneous_models]
+            raise ConfigError("model.architectures", f"algorithm {config.algorithm.name!r} averages weights, so all "
+                                                     f"clients need one architecture; heterogeneous clients work with: "
+                                                     f"{', '.join(capable) or 'no algorithm yet'}")
+        assign_architectures(config.model.architectures, config.clients.num_clients)
 
 
 def parse_override(text: str) -> tuple[str, Any]:

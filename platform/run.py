@@ -27,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                "sqlite:///<results home>/mlflow.db)")
     parser.add_argument("--experiment", help="MLflow experiment name (default: the config's file name)")
     parser.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    parser.add_argument("--show-partition", action="store_true",
+                        help="print the client x class count matrix (always logged to MLflow as an artifact)")
     parser.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
     return parser
 
@@ -60,7 +62,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     config, experiment = resolve_config(args.config, args.overrides)
     quiet_libraries()
-    from platform.tracking import Tracker, command_line, git_commit, resolve_tracking_uri, results_home, ui_command
+    from platform.tracking import (Tracker, command_line, git_commit, log_partition, resolve_tracking_uri, results_home,
+                                   ui_command)
 
     uri = None if args.no_mlflow else resolve_tracking_uri(args.tracking_uri)
     leave_ray_job_working_dir(results_home())
@@ -79,6 +82,11 @@ def main(argv=None) -> int:
                                        tags={"status": "running", "mlflow.source.git.commit": git_commit(),
                                              "fedsweep.command": command_line("platform.run", argv)})
             tracker.log_params(run_id, config.flat())
+            data = federations[0].data
+            summary = log_partition(tracker, run_id, config, data.train_labels, data.num_classes, data.train_groups,
+                                    data.train_coarse_labels)
+            if args.show_partition:
+                print(summary)
         last = {}
         for metrics in run_rounds(federations, config.rounds):
             print(_format(metrics), flush=True)

@@ -164,9 +164,9 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
               f"{base_config.rounds} rounds, searcher {space.search.searcher}, Ray {mode}", flush=True)
         expected_trials = space.search.num_samples * (len(grid_points(space)) if space.search.searcher == "grid"
                                                       else 1)
+        shared = share_dataset(base_config)  # into the object store once, for every trial
         callback = MlflowSweepCallback(tracker, parent_run_id, space, base_config.rounds, expected_trials,
-                                       quiet=args.quiet)
-        shared = share_dataset(base_config.dataset)  # into the object store once, for every trial
+                                       quiet=args.quiet, shared=shared)
         trainable = tune.with_resources(
             tune.with_parameters(sweep_trial, base=space.base, seeds=space.seeds, shared=shared,
                                  checkpoint_every=space.search.checkpoint_every),

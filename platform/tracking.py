@@ -6,6 +6,7 @@ rather than leaving them RUNNING.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import subprocess
@@ -40,6 +41,14 @@ def resolve_tracking_uri(cli_uri: Optional[str] = None) -> str:
         os.makedirs(home, exist_ok=True)
         uri = f"sqlite:///{os.path.join(home, DEFAULT_STORE_FILE)}"
     return uri
+
+
+def artifact_location(uri: str, experiment_name: str) -> Optional[str]:
+    """Artifacts of a SQLite store live beside it (``mlartifacts/``), not in whatever directory we ran from."""
+    if uri.startswith("sqlite:///"):
+        store_dir = os.path.dirname(os.path.abspath(uri[len("sqlite:///"):]))
+        return "file://" + os.path.join(store_dir, "mlartifacts", experiment_name)
+    return None  # a tracking server decides
 
 
 def ui_command(uri: str) -> str:
@@ -98,7 +107,7 @@ class Tracker:
         if self._experiment_id is None:
             found = self.client.get_experiment_by_name(self.experiment_name)
             self._experiment_id = found.experiment_id if found else self.client.create_experiment(
-                self.experiment_name)
+                self.experiment_name, artifact_location=artifact_location(self.uri, self.experiment_name))
         return self._experiment_id
 
     def start_run(self, name: str, tags: dict[str, str], parent_run_id: Optional[str] = None) -> str:
@@ -134,6 +143,25 @@ class Tracker:
         self.client.log_text(run_id, text, artifact_file)
 
 
+def log_partition(tracker: "Tracker", run_id: str, config, labels, num_classes: int, groups=None,
+                  coarse_labels=None) -> str:
+    """Log the client × class count matrix (text) and its heat-map (PNG) as artifacts; return the text."""
+    import tempfile
+
+    from platform.data.partition import class_counts, partition_clients
+    from platform.data.summary import partition_heatmap, partition_summary
+
+    parts = partition_clients(labels, config.partition, config.clients.num_clients, config.stream_seed("partition"),
+                              groups, coarse_labels)
+    text = partition_summary(labels, parts, num_classes)
+    tracker.log_text(run_id, text, "partition/counts.txt")
+    with tempfile.TemporaryDirectory() as directory:
+        path = partition_heatmap(class_counts(labels, parts, num_classes), os.path.join(directory, "heatmap.png"),
+                                 f"{config.partition.kind} partition, {config.clients.num_clients} clients")
+        tracker.client.log_artifact(run_id, path, "partition")
+    return text
+
+
 def round_metrics(result: dict) -> dict[str, float]:
     """The per-round metrics of a Tune result (means over seeds, plus ``*_std`` when there are several)."""
     keys = [k for k in result if k.split("_std")[0] in PER_ROUND_METRICS]
@@ -144,8 +172,9 @@ class MlflowSweepCallback(tune.Callback):
     """Writes every trial to MLflow from the driver, and prints one concise line per event."""
 
     def __init__(self, tracker: Tracker, parent_run_id: str, space, total_rounds: int, num_samples: int,
-                 quiet: bool = False):
+                 quiet: bool = False, shared=None):
         self.tracker = tracker
+        self.shared = shared  # the sweep's SharedData: labels for the partition summary
         self.parent_run_id = parent_run_id
         self.space = space
         self.total_rounds = total_rounds
@@ -203,6 +232,13 @@ class MlflowSweepCallback(tune.Callback):
         flat = resolved.flat()
         flat["search.seeds"] = self.space.seeds
         self.tracker.log_params(run_id, flat)
+        if self.shared is not None and self.shared.serves(resolved):
+            try:  # the first seed's split; the others differ only by seed
+                log_partition(self.tracker, run_id, dataclasses.replace(resolved, seed=self.space.seeds[0]),
+                              self.shared.train_labels, self.shared.num_classes, self.shared.train_groups,
+                              self.shared.train_coarse_labels)
+            except Exception:  # noqa: BLE001 - the trial hits the same error and reports it as its failure
+                pass
         self.runs[trial.trial_id] = run_id
         self.open.add(trial.trial_id)
         self._say(f"{self._label(trial)} start  " + ", ".join(f"{k}={_short(v)}" for k, v in params.items()))

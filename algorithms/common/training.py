@@ -30,11 +30,15 @@ class LocalTraining:
 
 def train_local(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: LocalTraining, generator: torch.Generator,
                 extra_loss: Optional[Callable[[nn.Module], torch.Tensor]] = None,
-                loss_fn: Callable = F.cross_entropy) -> float:
+                loss_fn: Callable = F.cross_entropy,
+                on_step: Optional[Callable[[nn.Module], None]] = None,
+                on_epoch_end: Optional[Callable[[nn.Module], None]] = None) -> float:
     """Train ``model`` in place for ``cfg.epochs`` epochs; return the mean training loss over all batches.
 
     A fresh optimiser is made on every call (the reference code resets momentum every round).
     ``extra_loss(model)`` is added to each batch's loss, e.g. FedProx's proximal term.
+    ``on_step(model)`` runs after every optimiser step and ``on_epoch_end(model)`` after every epoch, e.g. to
+    collect FedPA's iterate-averaged posterior samples; neither may change the model.
     """
     model.train()
     optimizer = cfg.make_optimizer(model.parameters())
@@ -52,4 +56,8 @@ def train_local(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: LocalTr
             optimizer.step()
             total += float(loss.detach())
             batches += 1
+            if on_step is not None:
+                on_step(model)
+        if on_epoch_end is not None:
+            on_epoch_end(model)
     return total / max(batches, 1)

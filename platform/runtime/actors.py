@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import ray
@@ -16,7 +16,7 @@ import torch
 from algorithms import ALGORITHMS, ClientContext, ServerContext, reduce_updates
 from algorithms.base import mean_metrics
 from algorithms.common import LocalTraining, evaluate, get_flat_weights, set_flat_weights
-from platform.models import build_model
+from platform.models import assign_architectures, build_model
 from platform.runtime.seeding import derived_seed, generator
 
 SERVER_STREAM_KEY = 2**32 - 1  # distinguishes the server's noise stream from every (round, client) stream
@@ -34,10 +34,10 @@ def _as_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
         return torch.as_tensor(array, device=device)
 
 
-def _model_for(config, input_shape, num_classes, device) -> torch.nn.Module:
+def _model_for(config, input_shape, num_classes, device, name: Optional[str] = None) -> torch.nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.stream_seed("init"))
-        model = build_model(config.model.name, input_shape, num_classes)
+        model = build_model(name or config.model.name, input_shape, num_classes)
     return model.to(device)
 
 
@@ -45,7 +45,7 @@ class ParameterServer:
     """Holds the global model, the round, the server optimiser state and the algorithm's server state."""
 
     def __init__(self, config, test_data: tuple[np.ndarray, np.ndarray], input_shape, num_classes: int,
-                 num_threads: int = 1, wants_gpu: bool = False):
+                 num_threads: int = 1, wants_gpu: bool = False, public_x: Optional[np.ndarray] = None):
         torch.set_num_threads(num_threads)
         self.config = config
         self.device = _pick_device(wants_gpu)
@@ -53,6 +53,7 @@ class ParameterServer:
         model = _model_for(config, input_shape, num_classes, self.device)
         self.ctx = ServerContext(model=model, server_lr=config.server.lr, server_momentum=config.server.momentum,
                                  num_classes=num_classes, device=self.device,
+                                 public_x=None if public_x is None else _as_tensor(public_x, self.device),
                                  generator=generator(config.stream_seed("noise"), SERVER_STREAM_KEY))
         self.state = self.algorithm.init_server_state(get_flat_weights(model), self.ctx)
         self.test_x = _as_tensor(test_data[0], self.device)
@@ -91,12 +92,20 @@ class ClientPool:
     """Hosts a fixed shard of virtual clients; trains the sampled ones in turn with one model instance."""
 
     def __init__(self, config, train_data: tuple[np.ndarray, np.ndarray], shards: dict[int, np.ndarray],
-                 input_shape, num_classes: int, num_threads: int = 1, wants_gpu: bool = False):
+                 input_shape, num_classes: int, num_threads: int = 1, wants_gpu: bool = False,
+                 public_x: Optional[np.ndarray] = None):
         torch.set_num_threads(num_threads)
         self.config = config
         self.device = _pick_device(wants_gpu)
+        self.public_x = None if public_x is None else _as_tensor(public_x, self.device)
         self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm.params)
-        self.model = _model_for(config, input_shape, num_classes, self.device)
+        # One model instance per architecture, built once; virtual clients copy weights into it.
+        self.architecture = {k: config.model.name for k in shards}
+        if config.model.architectures is not None:
+            names = assign_architectures(config.model.architectures, config.clients.num_clients)
+            self.architecture = {k: names[k] for k in shards}
+        self.models = {name: _model_for(config, input_shape, num_classes, self.device, name)
+                       for name in sorted(set(self.architecture.values()))}
         self.x = _as_tensor(train_data[0], torch.device("cpu"))  # zero-copy view of the object-store array
         self.y = _as_tensor(train_data[1], torch.device("cpu"))
         self.shards = {k: torch.as_tensor(v) for k, v in shards.items()}
@@ -115,10 +124,11 @@ class ClientPool:
         for k in client_ids:
             idx = self.shards[k]
             client = ClientContext(
-                client_id=int(k), x=self.x[idx].to(self.device), y=self.y[idx].to(self.device), model=self.model,
+                client_id=int(k), x=self.x[idx].to(self.device), y=self.y[idx].to(self.device),
+                model=self.models[self.architecture[k]],
                 training=self.training, generator=generator(self.training_seed, round_index, k),
                 noise_generator=generator(self.noise_seed, round_index, k),
-                state=self.client_state.setdefault(int(k), {}), device=self.device)
+                state=self.client_state.setdefault(int(k), {}), device=self.device, public_x=self.public_x)
             updates.append(self.algorithm.client_update(payload, client))
         if self.algorithm.summable and len(updates) > 1:
             return [reduce_updates(updates)]

@@ -17,6 +17,8 @@ import ray
 import torch
 
 from platform.data import load_dataset, partition_clients
+from platform.data.public import split_public
+from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted
 from platform.runtime.actors import RemoteClientPool, RemoteParameterServer
 from platform.runtime.placement import Placement, SLIVER_CPU, client_bundle, pool_size, torch_threads
 from platform.runtime.seeding import sample_clients
@@ -34,12 +36,26 @@ class SharedData:
     num_classes: int
     train_groups: Optional[np.ndarray] = None
     train_coarse_labels: Optional[np.ndarray] = None
+    public: object = None  # the PublicDataConfig the public split came from
+    public_ref: Optional[ray.ObjectRef] = None  # unlabelled public inputs (NumPy), if the config asks for them
+
+    def serves(self, config) -> bool:
+        return self.dataset == config.dataset and self.public == config.public
 
 
-def share_dataset(dataset_config) -> SharedData:
-    train, test = load_dataset(dataset_config)
-    return SharedData(dataset_config, ray.put((train.x, train.y)), ray.put((test.x, test.y)), train.y,
-                      train.input_shape, train.num_classes, train.groups, train.coarse_y)
+def share_dataset(config) -> SharedData:
+    """Load the config's dataset (and its public split, if any) and put it in the object store once.
+
+    The public/local split is part of the shared data, so it is the same for every seed of a sweep (seeded
+    by the base config's partition stream; the spec's ``first_half`` split does not depend on any seed).
+    """
+    train, test = load_dataset(config.dataset)
+    public_ref = None
+    if config.public.source != "none":
+        train, public_x = split_public(train, config.public, config.stream_seed("partition"), config.dataset)
+        public_ref = ray.put(public_x)
+    return SharedData(config.dataset, ray.put((train.x, train.y)), ray.put((test.x, test.y)), train.y,
+                      train.input_shape, train.num_classes, train.groups, train.coarse_y, config.public, public_ref)
 
 
 class Federation:
@@ -48,24 +64,28 @@ class Federation:
     def __init__(self, config, placement: Placement, data: Optional[SharedData] = None, wait: bool = True):
         self.config = config
         self.placement = placement
-        if data is None or data.dataset != config.dataset:
-            data = share_dataset(config.dataset)
+        if data is None or not data.serves(config):
+            data = share_dataset(config)
         self.data = data
         clients = config.clients
         self.shards = partition_clients(data.train_labels, config.partition, clients.num_clients,
                                         config.stream_seed("partition"), data.train_groups, data.train_coarse_labels)
+        self.sampling_probabilities = (
+            None if config.partition.sampling_alpha is None else
+            client_sampling_probabilities(clients.num_clients, config.partition.sampling_alpha,
+                                          config.stream_seed("sampling")))
         self.num_actors = min(pool_size(config.resources), clients.num_clients)
         bundle = client_bundle(config.resources)
         wants_gpu = config.resources.gpu > 0
         threads = torch_threads(bundle, placement.replicas)
         # Every .remote() below returns at once: the actors are created concurrently.
         self.server = RemoteParameterServer.options(**placement.server_options()).remote(
-            config, data.test_ref, data.input_shape, data.num_classes, 1, False)
+            config, data.test_ref, data.input_shape, data.num_classes, 1, False, data.public_ref)
         self.owner = np.arange(clients.num_clients) % self.num_actors
         self.pools = [
             RemoteClientPool.options(**placement.client_options(a, bundle)).remote(
                 config, data.train_ref, {k: self.shards[k] for k in np.flatnonzero(self.owner == a)},
-                data.input_shape, data.num_classes, threads, wants_gpu)
+                data.input_shape, data.num_classes, threads, wants_gpu, data.public_ref)
             for a in range(self.num_actors)
         ]
         self.ready_refs = [self.server.ready.remote()] + [p.ready.remote() for p in self.pools]
@@ -75,7 +95,11 @@ class Federation:
         self._started: Optional[float] = None
 
     def sampled_clients(self, round_index: int) -> np.ndarray:
+        """Uniform without replacement, or skewed by Dir(partition.sampling_alpha) probabilities (§7.3)."""
         c = self.config.clients
+        if self.sampling_probabilities is not None:
+            return sample_clients_weighted(self.sampling_probabilities, c.clients_per_round,
+                                           self.config.stream_seed("sampling"), round_index)
         return sample_clients(c.num_clients, c.clients_per_round, self.config.stream_seed("sampling"), round_index)
 
     def start_round(self) -> ray.ObjectRef:

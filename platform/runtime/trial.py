@@ -14,7 +14,7 @@ import ray
 from ray import tune
 
 from platform.config import apply_overrides, build_experiment
-from platform.runtime.federation import Federation, SharedData, replicate_over_seeds
+from platform.runtime.federation import Federation, SharedData, replicate_over_seeds, share_dataset
 from platform.runtime.placement import current_placement, own_placement
 
 SUMMARISED = ("test_accuracy", "test_loss", "train_loss", "seconds")
@@ -38,6 +38,8 @@ def start_federations(config, seeds: list[int], shared: SharedData | None = None
     if placement is None:  # outside Tune (platform.run): a placement group of our own
         placement = own_placement(config.resources, len(seeds))
         ray.get(placement.placement_group.ready())
+    if shared is None or not shared.serves(config):
+        shared = share_dataset(config)  # once for all seeds
     federations = [Federation(c, placement, shared, wait=False) for c in replicate_over_seeds(config, seeds)]
     ray.get([ref for f in federations for ref in f.ready_refs])
     return federations

@@ -100,3 +100,8 @@ def test_seed_streams_are_separate_and_derived():
     assert load_experiment({"seed": 3}).stream_seed("init") == seeds["init"]
     explicit = load_experiment({"seed": 3, "seeds": {"partition": 7}})
     assert explicit.stream_seed("partition") == 7 and explicit.stream_seed("init") == seeds["init"]
+
+
+def test_heterogeneous_architectures_need_a_distillation_method():
+    err, msg = _error({"model": {"architectures": ["cnn", "mlp"]}})
+    assert err.field == "model.architectures" and "fedavg" in msg

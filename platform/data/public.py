@@ -1,0 +1,177 @@
+"""Public (auxiliary, unlabelled) data for the distillation methods: FedED, MNFL, FedDF/FedAUX, single image.
+
+``split_public(train, cfg, seed, dataset_cfg) -> (local_train, public_x)``. Public *labels are never
+returned*: the methods only ever see inputs (spec/feded.md §4.2 "auxiliary labels are never used";
+spec/mnfl.md §4 "labels are not required"; spec/fedaux.md §6.1 unlabelled STL-10).
+
+Sources (``public.source``):
+
+- ``none``: no public data; the training set is returned unchanged with an empty ``public_x``.
+- ``train_split``: carve the public pool out of the private training set (spec/feded.md §4.2):
+  ``first_half`` puts training indices [0, ⌊fraction·N⌋) in the pool and [⌊fraction·N⌋, N) in the local pool
+  (torchvision order, the same for every seed); ``random`` uses a seeded permutation instead. ``size = n``
+  takes the first n of the pool, so pools are nested across sizes (and, for ``first_half``, across seeds).
+- ``dataset``: another dataset's images (MNIST for EMNIST/Fashion-MNIST and CIFAR-100 for CIFAR-10 in
+  spec/mnfl.md §4; STL-10 ``unlabeled``, CIFAR-100 train+test or SVHN for CIFAR-10 in spec/fedaux.md §6.1),
+  conformed to the private input shape (bilinear resize, channels repeated or converted to luma) and
+  normalised with the *private* dataset's normalisation, since the same models consume both. ``size = n``
+  takes the first n in the dataset's order (``first_half``) or a seeded random n (``random``).
+- ``image``: the single-image method's source photo (spec/single_image.md §2.3), returned as
+  ``public_x`` of shape 1×3×H×W in [0, 1], *unnormalised*: the method cuts its seeded crops from it and then
+  normalises them with :func:`platform.data.datasets.normalize` (spec/single_image.md §2.2, crops are
+  normalised at load time with the private dataset's statistics).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from platform.data.datasets import (DATASETS, EXTRA_SPLIT_FILES, NORMALIZATIONS, SOURCE_IMAGES, ArrayDataset,
+                                    _normalise_in_place, check_dataset_available, load_source_image,
+                                    normalization_name, read_split, to_float_images)
+from platform.errors import ConfigError
+from platform.schema import spec
+
+PUBLIC_SOURCES = ("none", "train_split", "dataset", "image")
+PUBLIC_SPLITS = ("first_half", "random")
+PUBLIC_DATASET_SPLITS = ("train", "test", "train+test", "unlabeled", "extra")
+
+
+@dataclass(frozen=True)
+class PublicDataConfig:
+    source: str = spec("none", doc="Where public data come from: none | train_split (spec/feded.md §4.2) | "
+                                   "dataset (another dataset, spec/mnfl.md §4, spec/fedaux.md §6.1) | image "
+                                   "(single source image, spec/single_image.md §2.3).", choices=PUBLIC_SOURCES)
+    split: str = spec("first_half", doc="first_half: the pool is the first ⌊fraction·N⌋ training indices and "
+                                        "size n takes its first n, nested and the same for every seed "
+                                        "(spec/feded.md §4.2); random: a seeded permutation. With source "
+                                        "dataset: the first n of that dataset, or a seeded random n.",
+                      choices=PUBLIC_SPLITS)
+    size: Optional[int] = spec(None, doc="|D_0|, the number of public samples; null = the whole pool.", ge=1)
+    fraction: float = spec(0.5, doc="train_split: share of the training set that becomes the pool (1/2 in "
+                                    "spec/feded.md §4.2).", gt=0, lt=1)
+    dataset: Optional[str] = spec(None, doc="source dataset: the public dataset's name (e.g. stl10, cifar100, "
+                                            "mnist, svhn); see platform.data.DATASETS.")
+    dataset_split: str = spec("train", doc="source dataset: which of its splits: train | test | train+test "
+                                           "(CIFAR-100 in spec/fedaux.md §6.1) | unlabeled (STL-10) | extra "
+                                           "(SVHN).", choices=PUBLIC_DATASET_SPLITS)
+    root: Optional[str] = spec(None, doc="source dataset: its data root; null = dataset.root.")
+    image: str = spec("china", doc="source image: " + "; ".join(f"{k} = {v}" for k, v in SOURCE_IMAGES.items()),
+                      choices=tuple(SOURCE_IMAGES))
+
+    def validate(self, path: str) -> None:
+        path = path or "public"
+        if self.source == "dataset":
+            if self.dataset is None:
+                raise ConfigError(f"{path}.dataset", f"required when {path}.source is dataset; allowed: "
+                                                     f"{', '.join(_image_datasets())}")
+            if self.dataset not in _image_datasets():
+                raise ConfigError(f"{path}.dataset", f"unknown public dataset {self.dataset!r}; allowed: "
+                                                     f"{', '.join(_image_datasets())}")
+            allowed = _dataset_splits(self.dataset)
+            if self.dataset_split not in allowed:
+                raise ConfigError(f"{path}.dataset_split", f"{self.dataset} has no split {self.dataset_split!r}; "
+                                                           f"allowed: {', '.join(allowed)}")
+        else:
+            for key, default in (("dataset", None), ("root", None), ("dataset_split", "train")):
+                if getattr(self, key) != default:
+                    raise ConfigError(f"{path}.{key}", f"only applies when {path}.source is dataset "
+                                                       f"(source is {self.source!r})")
+        if self.source in ("none", "image") and self.size is not None:
+            raise ConfigError(f"{path}.size", f"does not apply to source {self.source!r}"
+                              + ("; the single-image method sets its own crop-pool size" if self.source == "image"
+                                 else ""))
+        if self.source != "train_split" and self.fraction != 0.5:
+            raise ConfigError(f"{path}.fraction", f"only applies when {path}.source is train_split")
+
+
+def _image_datasets() -> list[str]:
+    """Datasets that can serve as public data: torchvision image datasets with a raw-image reader."""
+    return [name for name, s in DATASETS.items() if s.read is not None]
+
+
+def _dataset_splits(name: str) -> tuple[str, ...]:
+    splits = DATASETS[name].splits
+    return splits + (("train+test",) if "train" in splits and "test" in splits else ())
+
+
+def _public_dataset_cfg(cfg: PublicDataConfig, dataset_cfg):
+    """A dataset config for the public dataset: its name, its root (or the private one), the private
+    ``download`` setting, none of the private dataset's specific knobs."""
+    from platform.config import DatasetConfig
+
+    root = cfg.root if cfg.root is not None else dataset_cfg.root
+    return DatasetConfig(name=cfg.dataset, root=root, download=dataset_cfg.download)
+
+
+def check_public_available(cfg: PublicDataConfig, dataset_cfg, path: str = "public") -> None:
+    """Fail early (config time) if a public dataset's files are missing; one :class:`ConfigError`."""
+    if cfg.source != "dataset":
+        return
+    pub = _public_dataset_cfg(cfg, dataset_cfg)
+    field = f"{path}.root" if cfg.root is not None else "dataset.root"
+    check_dataset_available(pub, field=field, extra_files=EXTRA_SPLIT_FILES.get((cfg.dataset, cfg.dataset_split),
+                                                                                ()))
+
+
+def _subset(ds: ArrayDataset, idx: np.ndarray) -> ArrayDataset:
+    return ArrayDataset(np.ascontiguousarray(ds.x[idx]), ds.y[idx], ds.num_classes,
+                        None if ds.groups is None else ds.groups[idx],
+                        None if ds.coarse_y is None else ds.coarse_y[idx])
+
+
+def _take(pool_n: int, size: Optional[int], what: str, path: str) -> int:
+    if size is None:
+        return pool_n
+    if size > pool_n:
+        raise ConfigError(f"{path}.size", f"at most {pool_n} ({what}), got {size}")
+    return size
+
+
+def split_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset_cfg,
+                 path: str = "public") -> tuple[ArrayDataset, np.ndarray]:
+    """The clients' local training set and the public inputs (float32, no labels). See the module doc."""
+    if cfg.source == "none":
+        return train, np.empty((0, *train.input_shape), dtype=np.float32)
+    if cfg.source == "image":
+        return train, load_source_image(cfg.image, field=f"{path}.image")[None]
+    if cfg.source == "train_split":
+        n = len(train)
+        pool_n = int(n * cfg.fraction)
+        if cfg.split == "first_half":
+            pool, local = np.arange(pool_n), np.arange(pool_n, n)
+        else:
+            perm = np.random.default_rng(seed).permutation(n)
+            pool, local = perm[:pool_n], np.sort(perm[pool_n:])
+        size = _take(pool_n, cfg.size, f"the pool holds {cfg.fraction:g} of {n} training samples", path)
+        return _subset(train, local), np.ascontiguousarray(train.x[pool[:size]])
+    # source == "dataset"
+    if train.x.ndim != 4:
+        raise ConfigError(f"{path}.source", f"public images need image training data; {dataset_cfg.name} is "
+                                            f"vector data (use train_split)")
+    check_public_available(cfg, dataset_cfg, path)
+    pub = _public_dataset_cfg(cfg, dataset_cfg)
+    field = f"{path}.root" if cfg.root is not None else "dataset.root"
+    splits = ("train", "test") if cfg.dataset_split == "train+test" else (cfg.dataset_split,)
+    raws = [read_split(cfg.dataset, pub.root, s, pub.download, pub, field=field).x for s in splits]
+    total = sum(len(r) for r in raws)
+    size = _take(total, cfg.size, f"{cfg.dataset} {cfg.dataset_split} holds {total} images", path)
+    if cfg.split == "first_half" and len(raws) == 1:
+        picked = raws[0][:size]  # a view: no copy of e.g. STL-10's 100k unlabelled images
+    else:
+        order = (np.arange(size) if cfg.split == "first_half"
+                 else np.random.default_rng(seed).permutation(total)[:size])
+        offsets = np.cumsum([0] + [len(r) for r in raws])
+        which = np.searchsorted(offsets, order, side="right") - 1
+        picked = np.empty((size, *raws[0].shape[1:]), dtype=raws[0].dtype)
+        for i, raw in enumerate(raws):
+            mask = which == i
+            picked[mask] = raw[order[mask] - offsets[i]]
+    channels, height, width = train.input_shape
+    x = to_float_images(picked, size=(height, width), channels=channels)
+    return train, _normalise_in_place(x, NORMALIZATIONS[normalization_name(dataset_cfg)])
+
+
+__all__ = ["PUBLIC_SOURCES", "PublicDataConfig", "check_public_available", "split_public"]
