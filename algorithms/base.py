@@ -128,6 +128,15 @@ class Algorithm:
     def aggregate(self, state: ServerState, updates: Sequence[ClientUpdate], ctx: ServerContext) -> ServerState:
         raise NotImplementedError
 
+    def client_stage_fields(self) -> dict:
+        """What determines ``client_update``'s result besides data, model and local training settings.
+
+        The platform caches one-round client stages under these values, so methods that share a client
+        procedure (FedAvg, FedKP: plain local SGD) share cached clients. Default: this method's name and
+        all its hyperparameters (safe: never shares wrongly).
+        """
+        return {"procedure": self.name, **dataclasses.asdict(self.hp)}
+
     def evaluation_weights(self, state: ServerState) -> torch.Tensor:
         """The flat weights of the model evaluated on the test set after each round."""
         return state.weights

@@ -24,6 +24,9 @@ class FedAvg(Algorithm):
     name = "fedavg"
     Hyperparams = FedAvgHyperparams
 
+    def client_stage_fields(self) -> dict:
+        return {"procedure": "local_sgd"}  # plain local training: shared with every method that uses it
+
     def proximal_term(self, client: ClientContext, payload: dict) -> Optional[callable]:
         """An extra loss added to each local batch; FedAvg has none (FedProx overrides this)."""
         return None

@@ -25,6 +25,11 @@ class FedProx(FedAvg):
     name = "fedprox"
     Hyperparams = FedProxHyperparams
 
+    def client_stage_fields(self) -> dict:
+        if self.hp.mu == 0:
+            return super().client_stage_fields()  # μ = 0 trains exactly as FedAvg
+        return {"procedure": "local_sgd_proximal", "mu": self.hp.mu}
+
     def proximal_term(self, client: ClientContext, payload: dict):
         mu = self.hp.mu
         if mu == 0:

@@ -194,6 +194,10 @@ class ExperimentConfig:
     clients: ClientsConfig = spec(factory=ClientsConfig)
     server: ServerConfig = spec(factory=ServerConfig)
     rounds: int = spec(10, doc="Communication rounds R.", ge=1)
+    mode: str = spec("rounds", doc="rounds: train for `rounds` rounds. one_round: the one-round analysis of "
+                                   "spec/fedkp_fedpa.md §10.3 (Appendix C): the round-0 client models are "
+                                   "trained once per upstream config and cached, and each run only "
+                                   "re-aggregates them (rounds must be 1).", choices=("rounds", "one_round"))
     seed: int = spec(0, doc="Base seed; each stream in `seeds` derives from it unless set.", ge=0)
     seeds: SeedsConfig = spec(factory=SeedsConfig)
     resources: ResourcesConfig = spec(factory=ResourcesConfig)
@@ -258,6 +262,8 @@ def _check_cross_section(config: ExperimentConfig) -> None:
 
     check_dataset_available(config.dataset)
     check_public_available(config.public, config.dataset)
+    if config.mode == "one_round" and config.rounds != 1:
+        raise ConfigError("rounds", f"must be 1 when mode is one_round, got {config.rounds}")
     if config.model.architectures is not None:
         from algorithms import ALGORITHMS
         from platform.models import assign_architectures

@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     parser.add_argument("--show-partition", action="store_true",
                         help="print the client x class count matrix (always logged to MLflow as an artifact)")
+    parser.add_argument("--cache-dir", help="stage cache (default: $FEDSWEEP_CACHE, else <results home>/cache)")
+    parser.add_argument("--no-cache", action="store_true", help="recompute cached stages")
     parser.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
     return parser
 
@@ -67,13 +69,14 @@ def main(argv=None) -> int:
 
     uri = None if args.no_mlflow else resolve_tracking_uri(args.tracking_uri)
     leave_ray_job_working_dir(results_home())
-    from platform.runtime.trial import run_rounds, start_federations, stop_federations
+    from platform.cache import open_cache
+    from platform.runtime.trial import run_one_round, run_rounds, start_federations, stop_federations
 
     tracker = run_id = None
     connect_ray(args.address)
     print(f"{config.algorithm.name} on {config.dataset.name}: {config.clients.num_clients} clients, "
           f"{config.clients.clients_per_round} per round, {config.rounds} rounds", flush=True)
-    federations = start_federations(config, [config.seed])
+    federations = start_federations(config, [config.seed], lazy_clients=config.mode == "one_round")
     status = "FAILED"
     try:
         if not args.no_mlflow:
@@ -88,7 +91,9 @@ def main(argv=None) -> int:
             if args.show_partition:
                 print(summary)
         last = {}
-        for metrics in run_rounds(federations, config.rounds):
+        rounds = ([run_one_round(federations, open_cache(args.cache_dir, not args.no_cache))]
+                  if config.mode == "one_round" else run_rounds(federations, config.rounds))
+        for metrics in rounds:
             print(_format(metrics), flush=True)
             if tracker:
                 tracker.log_metrics(run_id, {k: v for k, v in metrics.items() if k != "round"}, step=metrics["round"])

@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--storage-path", help="Tune storage (default: <results home>/ray_results)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the most recent interrupted run of this sweep from --storage-path")
+    parser.add_argument("--cache-dir", help="stage cache (default: $FEDSWEEP_CACHE, else <results home>/cache); "
+                                            "must be visible to every node")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="recompute cached stages (e.g. one-round client training) in every trial")
     parser.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
     parser.add_argument("--list", action="store_true", help="list the available search spaces and exit")
     parser.add_argument("--quiet", action="store_true", help="print only the final summary")
@@ -133,6 +137,7 @@ def main(argv=None) -> int:
 def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     from ray import tune
 
+    from platform.cache import default_cache_root
     from platform.runtime.federation import share_dataset
     from platform.runtime.placement import trial_bundles
     from platform.runtime.trial import sweep_trial
@@ -169,7 +174,9 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
                                        quiet=args.quiet, shared=shared)
         trainable = tune.with_resources(
             tune.with_parameters(sweep_trial, base=space.base, seeds=space.seeds, shared=shared,
-                                 checkpoint_every=space.search.checkpoint_every),
+                                 checkpoint_every=space.search.checkpoint_every,
+                                 cache_root=os.path.abspath(args.cache_dir or default_cache_root()),
+                                 use_cache=not args.no_cache),
             tune.PlacementGroupFactory(trial_bundles(base_config.resources)))
         if resume_dir:
             tuner = tune.Tuner.restore(resume_dir, trainable, resume_unfinished=True, resume_errored=True)

@@ -118,7 +118,7 @@ class ClientPool:
     def ready(self) -> bool:
         return True
 
-    def train(self, payload: dict, client_ids: Sequence[int], round_index: int) -> list:
+    def train(self, payload: dict, client_ids: Sequence[int], round_index: int, reduce: bool = True) -> list:
         """Run ``client_update`` for each sampled client; pre-reduce to one partial mean if the method allows."""
         updates = []
         for k in client_ids:
@@ -130,7 +130,7 @@ class ClientPool:
                 noise_generator=generator(self.noise_seed, round_index, k),
                 state=self.client_state.setdefault(int(k), {}), device=self.device, public_x=self.public_x)
             updates.append(self.algorithm.client_update(payload, client))
-        if self.algorithm.summable and len(updates) > 1:
+        if reduce and self.algorithm.summable and len(updates) > 1:
             return [reduce_updates(updates)]
         return updates
 

@@ -61,7 +61,10 @@ def share_dataset(config) -> SharedData:
 class Federation:
     """A parameter server and a pool of client actors for one experiment config (one seed)."""
 
-    def __init__(self, config, placement: Placement, data: Optional[SharedData] = None, wait: bool = True):
+    def __init__(self, config, placement: Placement, data: Optional[SharedData] = None, wait: bool = True,
+                 lazy_clients: bool = False):
+        """``lazy_clients``: create the client actors only when a round needs them (a cached one-round
+        analysis may never need them)."""
         self.config = config
         self.placement = placement
         if data is None or not data.serves(config):
@@ -75,24 +78,56 @@ class Federation:
             client_sampling_probabilities(clients.num_clients, config.partition.sampling_alpha,
                                           config.stream_seed("sampling")))
         self.num_actors = min(pool_size(config.resources), clients.num_clients)
-        bundle = client_bundle(config.resources)
-        wants_gpu = config.resources.gpu > 0
-        threads = torch_threads(bundle, placement.replicas)
+        self.owner = np.arange(clients.num_clients) % self.num_actors
         # Every .remote() below returns at once: the actors are created concurrently.
         self.server = RemoteParameterServer.options(**placement.server_options()).remote(
             config, data.test_ref, data.input_shape, data.num_classes, 1, False, data.public_ref)
-        self.owner = np.arange(clients.num_clients) % self.num_actors
-        self.pools = [
-            RemoteClientPool.options(**placement.client_options(a, bundle)).remote(
-                config, data.train_ref, {k: self.shards[k] for k in np.flatnonzero(self.owner == a)},
-                data.input_shape, data.num_classes, threads, wants_gpu, data.public_ref)
-            for a in range(self.num_actors)
-        ]
+        self.pools: list = []
+        if not lazy_clients:
+            self._create_pools()
         self.ready_refs = [self.server.ready.remote()] + [p.ready.remote() for p in self.pools]
         if wait:
             ray.get(self.ready_refs)
         self.round = 0
         self._started: Optional[float] = None
+
+    def _create_pools(self) -> None:
+        config, data = self.config, self.data
+        bundle = client_bundle(config.resources)
+        threads = torch_threads(bundle, self.placement.replicas)
+        self.pools = [
+            RemoteClientPool.options(**self.placement.client_options(a, bundle)).remote(
+                config, data.train_ref, {k: self.shards[k] for k in np.flatnonzero(self.owner == a)},
+                data.input_shape, data.num_classes, threads, config.resources.gpu > 0, data.public_ref)
+            for a in range(self.num_actors)
+        ]
+
+    def client_updates(self, round_index: int, sampled: np.ndarray, reduce: bool = True) -> list[ray.ObjectRef]:
+        """Launch local training of the sampled clients on their actors; one reference per busy actor."""
+        if not self.pools:
+            self._create_pools()
+        payload = self.server.broadcast.remote(sampled.tolist())  # one object, shared by all actors
+        return [pool.train.remote(payload, sampled[self.owner[sampled] == a].tolist(), round_index, reduce)
+                for a, pool in enumerate(self.pools) if np.any(self.owner[sampled] == a)]
+
+    def run_one_round_cached(self, cache, stage) -> dict:
+        """One-round analysis: client models trained once per upstream config (cached), then aggregated.
+
+        The client stage (train the round-0 sample from the common initialisation) is looked up in the
+        stage cache under exactly the config fields it depends on; a trial that finds it trains no client.
+        """
+        self._started = time.perf_counter()
+        sampled = self.sampled_clients(0)
+
+        def train_clients() -> list:
+            return [u for part in ray.get(self.client_updates(0, sampled, reduce=False)) for u in part]
+
+        updates, hit = cache.get_or_compute(stage, one_round_stage_fields(self.config), train_clients)
+        metrics = ray.get(self.server.aggregate.remote(updates))
+        self.round = 1
+        metrics["seconds"] = time.perf_counter() - self._started
+        metrics["client_stage_cached"] = float(hit)
+        return metrics
 
     def sampled_clients(self, round_index: int) -> np.ndarray:
         """Uniform without replacement, or skewed by Dir(partition.sampling_alpha) probabilities (§7.3)."""
@@ -105,10 +140,7 @@ class Federation:
     def start_round(self) -> ray.ObjectRef:
         """Launch the next round; returns a reference to its metrics (see :meth:`finish_round`)."""
         self._started = time.perf_counter()
-        sampled = self.sampled_clients(self.round)
-        payload = self.server.broadcast.remote(sampled.tolist())  # one object, shared by all actors
-        partials = [pool.train.remote(payload, sampled[self.owner[sampled] == a].tolist(), self.round)
-                    for a, pool in enumerate(self.pools) if np.any(self.owner[sampled] == a)]
+        partials = self.client_updates(self.round, self.sampled_clients(self.round))
         return self.server.aggregate.remote(*partials)
 
     def finish_round(self, metrics_ref: ray.ObjectRef) -> dict:
@@ -145,6 +177,29 @@ class Federation:
     def shutdown(self) -> None:
         for actor in [self.server, *self.pools]:
             ray.kill(actor)
+
+
+ONE_ROUND_STAGE = "one_round_clients"
+ONE_ROUND_STAGE_VERSION = "1"
+_UPSTREAM_SECTIONS = ("dataset.", "partition.", "model.", "clients.", "seeds.", "public.")
+
+
+def one_round_stage_fields(config) -> dict:
+    """Exactly the config values the one-round client stage depends on (the cache key)."""
+    from algorithms import ALGORITHMS
+
+    flat = config.flat()
+    fields = {k: v for k, v in flat.items() if k.startswith(_UPSTREAM_SECTIONS)}
+    fields["seed"] = config.seed
+    algorithm = ALGORITHMS[config.algorithm.name](config.algorithm.params)
+    fields.update({f"algorithm.client.{k}": v for k, v in algorithm.client_stage_fields().items()})
+    return fields
+
+
+def one_round_stage(config):
+    from platform.cache import Stage
+
+    return Stage(ONE_ROUND_STAGE, ONE_ROUND_STAGE_VERSION, tuple(sorted(one_round_stage_fields(config))))
 
 
 def replicate_over_seeds(config, seeds) -> list:

@@ -14,7 +14,9 @@ import ray
 from ray import tune
 
 from platform.config import apply_overrides, build_experiment
-from platform.runtime.federation import Federation, SharedData, replicate_over_seeds, share_dataset
+from platform.cache import open_cache
+from platform.runtime.federation import (Federation, SharedData, one_round_stage, replicate_over_seeds,
+                                         share_dataset)
 from platform.runtime.placement import current_placement, own_placement
 
 SUMMARISED = ("test_accuracy", "test_loss", "train_loss", "seconds")
@@ -32,7 +34,8 @@ def summarise_seeds(per_seed: list[dict]) -> dict:
     return out
 
 
-def start_federations(config, seeds: list[int], shared: SharedData | None = None) -> list[Federation]:
+def start_federations(config, seeds: list[int], shared: SharedData | None = None,
+                      lazy_clients: bool = False) -> list[Federation]:
     """Create one federation per seed, all actors at once, in the current trial's placement group."""
     placement = current_placement(len(seeds))
     if placement is None:  # outside Tune (platform.run): a placement group of our own
@@ -40,7 +43,8 @@ def start_federations(config, seeds: list[int], shared: SharedData | None = None
         ray.get(placement.placement_group.ready())
     if shared is None or not shared.serves(config):
         shared = share_dataset(config)  # once for all seeds
-    federations = [Federation(c, placement, shared, wait=False) for c in replicate_over_seeds(config, seeds)]
+    federations = [Federation(c, placement, shared, wait=False, lazy_clients=lazy_clients)
+                   for c in replicate_over_seeds(config, seeds)]
     ray.get([ref for f in federations for ref in f.ready_refs])
     return federations
 
@@ -53,6 +57,14 @@ def stop_federations(federations: list[Federation]) -> None:
         f.placement.release()
 
 
+def run_one_round(federations: list[Federation], cache) -> dict:
+    """The one-round analysis (``mode: one_round``) for every seed, client stages from the stage cache."""
+    per_seed = [f.run_one_round_cached(cache, one_round_stage(f.config)) for f in federations]
+    metrics = summarise_seeds(per_seed)
+    metrics["client_stage_cached"] = float(np.mean([m["client_stage_cached"] for m in per_seed]))
+    return metrics
+
+
 def run_rounds(federations: list[Federation], rounds: int, first_round: int = 0):
     """Yield the seed-summarised metrics of each round; all seeds' rounds run concurrently."""
     for _ in range(first_round, rounds):
@@ -61,13 +73,17 @@ def run_rounds(federations: list[Federation], rounds: int, first_round: int = 0)
 
 
 def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: SharedData | None = None,
-                checkpoint_every: int = 0) -> None:
+                checkpoint_every: int = 0, cache_root: str | None = None, use_cache: bool = True) -> None:
     """Run one trial; with ``checkpoint_every`` > 0 it checkpoints every that many rounds and resumes from
     the latest checkpoint when Tune restores it (``platform.sweep --resume``)."""
     params = trial_config.get("params", trial_config)
     config = build_experiment(apply_overrides(base, params))
-    federations = start_federations(config, seeds, shared)
+    one_round = config.mode == "one_round"
+    federations = start_federations(config, seeds, shared, lazy_clients=one_round)
     try:
+        if one_round:
+            tune.report(run_one_round(federations, open_cache(cache_root, use_cache)))
+            return
         checkpoint = tune.get_checkpoint()
         if checkpoint is not None:
             with checkpoint.as_directory() as directory:
