@@ -137,6 +137,13 @@ class Algorithm:
         """
         return {"procedure": self.name, **dataclasses.asdict(self.hp)}
 
+    def burn_in_rounds(self) -> int:
+        """Server rounds before the method behaves as itself (FedPA, FedKPPA, SGLD: ``burnin_rounds``).
+
+        Schedulers must not judge a trial before this many rounds plus a margin (spec/fedkp_fedpa.md §13).
+        """
+        return int(getattr(self.hp, "burnin_rounds", 0) or 0)
+
     def evaluation_weights(self, state: ServerState) -> torch.Tensor:
         """The flat weights of the model evaluated on the test set after each round."""
         return state.weights

@@ -12,11 +12,13 @@ until |Δx_j| ≤ τ or t_max iterations. Variants (§3.6):
 - ``fedkp_cm`` (Alg. 10, "cluster mean"): a mean-shift started at every client's weight, then the
   unweighted mean of the S modes reached;
 - ``fedkppa``: FedKP_cm on the server; clients are plain SGD clients for rounds t < B and FedPA clients
-  (:mod:`algorithms.fedpa`) from round B on, returning x0 − Δ_i.
+  (:mod:`algorithms.fedpa`) from round B on, whose vector x0 − Δ_i is sent as the delta −Δ_i.
 
 The three names share one option set; ``cluster`` switches between Alg. 9 and Alg. 10 (its default is the
-variant's). Clients return their full weights; the KDE is unweighted by design (§12 A22), client weights
-N_k only weight the reported train_loss. Bandwidths are computed once per round from the un-shifted W.
+variant's). FedKP and FedKP_cm clients are FedAvg's clients exactly (Δ_k = θ_k − θ_t, weight N_k; so the
+one-round stage cache shares them with FedAvg); the server mean-shifts the client models θ_t + Δ_k. The KDE
+is unweighted by design (§12 A22); N_k only weights the reported train_loss. Bandwidths are computed once
+per round from the un-shifted W.
 
 The core is :func:`bandwidths`, :func:`mean_shift` and :func:`fedkp_aggregate`: pure torch, vectorised over
 coordinates and chunked over d, so the largest temporary (S×chunk for FedKP, S×S×chunk for FedKP_cm)
@@ -67,9 +69,10 @@ from typing import Optional, Sequence
 
 import torch
 
-from algorithms.base import Algorithm, ClientContext, ClientUpdate, ServerContext, ServerState
-from algorithms.common import get_flat_weights, parameter_mask, server_step, set_flat_weights, train_local
-from algorithms.fedpa import FedPAClientOptions, fedpa_local, in_burnin
+from algorithms.base import ClientContext, ClientUpdate, ServerContext, ServerState
+from algorithms.common import parameter_mask, server_step
+from algorithms.fedavg import FedAvg
+from algorithms.fedpa import FedPAClientOptions, fedpa_local, fedpa_stage_fields, in_burnin
 from platform.errors import ConfigError
 from platform.schema import spec
 
@@ -188,28 +191,30 @@ def _shift_block(W: torch.Tensor, X: torch.Tensor, h: torch.Tensor, thr: torch.T
     cols = movable.nonzero().squeeze(1)
     job = (torch.arange(M, device=X.device).unsqueeze(1) * k + cols.unsqueeze(0)).reshape(-1)
     col = cols.repeat(M)
-    xa, wa, ha, ta = flat[job], W[:, col], h[col], thr[col]
+    # jobs × S layout: each job's reduction runs over one contiguous row, so a job's result does not depend on
+    # which other jobs share the tensor (chunking and compaction leave the numbers bit-for-bit unchanged)
+    xa, wa, ha, ta = flat[job], W.t()[col], h[col], thr[col]
     active = torch.ones_like(xa, dtype=torch.bool)
     iterations = 0
     for _ in range(t_max):
         if job.numel() == 0:
             break
         iterations += 1
-        g = _weights_((xa - wa).div_(ha), kernel, profile)  # [S, jobs]
-        den = g.sum(0)
-        num = g.mul_(wa).sum(0)
+        g = _weights_((xa.unsqueeze(1) - wa).div_(ha.unsqueeze(1)), kernel, profile)  # [jobs, S]
+        den = g.sum(1)
+        num = g.mul_(wa).sum(1)
         new = torch.where(active & (den > 0), num / den, xa)
         active &= (new - xa).abs() > ta
         xa = new
         if self_row is not None:
-            wa[self_row] = xa
+            wa[:, self_row] = xa
         n_active = int(active.sum())
         if n_active <= job.numel() // 2:
             flat[job] = xa
             if self_row is not None:
                 W[self_row, col] = xa
             keep = active.nonzero().squeeze(1)
-            job, col, xa, wa, ha, ta, active = job[keep], col[keep], xa[keep], wa[:, keep], ha[keep], ta[keep], \
+            job, col, xa, wa, ha, ta, active = job[keep], col[keep], xa[keep], wa[keep], ha[keep], ta[keep], \
                 active[keep]
     flat[job] = xa
     if self_row is not None:
@@ -254,7 +259,7 @@ def cluster_mean_shift_inplace(W: torch.Tensor, h: torch.Tensor, kernel: str = "
                                stats: Optional[MeanShiftStats] = None) -> torch.Tensor:
     """The authors' FedKP_cm (§12 A4): client i's mean-shift runs on W with row i being its own iterate, rows
     1..i−1 already replaced by their modes; returns the mean of the S modes. Works on a copy of W."""
-    W = W.clone()
+    W = W.t().contiguous().t()  # a copy, columns contiguous
     movable = torch.isfinite(h) & (h > 0) & (W.amax(0) > W.amin(0))
     hs = torch.where(movable, h, 1.0)
     thr = tol * hs if relative_tol else torch.full_like(hs, tol)
@@ -272,9 +277,11 @@ def fedkp_aggregate(rows: Sequence[torch.Tensor], *, cluster: bool = False, clus
                     kernel: str = "epanechnikov", profile: str = "kernel", rule: str = "silverman_code",
                     scale: float = 1.0, zero_iqr: str = "keep", tol: float = 1e-6, relative_tol: bool = False,
                     t_max: int = 100, chunk_size: int = 0, mask: Optional[torch.Tensor] = None,
+                    base: Optional[torch.Tensor] = None,
                     device: Optional[torch.device] = None) -> tuple[torch.Tensor, dict]:
     """FedKP (``cluster=False``, Alg. 9) or FedKP_cm (``cluster=True``, Alg. 10) of the client vectors ``rows``.
 
+    With ``base`` the rows are deltas and the client vectors are ``base + row`` (formed chunk by chunk).
     W is never built whole: each chunk of coordinates is stacked from the rows, shifted and written out,
     so peak memory is the rows plus O(chunk·S·(S if clustered else 1)). Coordinates outside ``mask`` get the
     unweighted client mean. Returns (aggregate, diagnostics).
@@ -288,7 +295,10 @@ def fedkp_aggregate(rows: Sequence[torch.Tensor], *, cluster: bool = False, clus
     positions = None if mask is None or bool(mask.all()) else mask.nonzero().squeeze(1)
     if positions is not None:
         rest = (~mask).nonzero().squeeze(1)
-        out[rest] = torch.stack([r[rest] for r in rows]).mean(0)
+        W_rest = torch.stack([r[rest] for r in rows])
+        if base is not None:
+            W_rest += base[rest]
+        out[rest] = W_rest.mean(0)
     n = d if positions is None else positions.numel()
     M = S if cluster and cluster_mode == "independent" else 1
     step = chunk_size if chunk_size > 0 else _auto_chunk(S, M)
@@ -296,16 +306,23 @@ def fedkp_aggregate(rows: Sequence[torch.Tensor], *, cluster: bool = False, clus
     for lo in range(0, n, step):
         hi = min(lo + step, n)
         idx = slice(lo, hi) if positions is None else positions[lo:hi]
-        Wc = torch.stack([r[idx] for r in rows]).to(device)
+        # [chunk, S] in memory, used as its [S, chunk] view: every per-coordinate reduction (mean, σ̂, the
+        # mean-shift sums, the mean of modes) runs over contiguous memory, so the result is bit-for-bit the
+        # same whatever the chunk size
+        Wt = torch.stack([r[idx] for r in rows], dim=1)
+        if base is not None:
+            Wt += base[idx].unsqueeze(1)
+        Wc = Wt.to(device).t()
         h = bandwidths(Wc, rule, scale, zero_iqr)
         if not cluster:
             agg = mean_shift(Wc, Wc.mean(0), h, chunk=hi - lo, **opts)
         elif cluster_mode == "independent":
-            agg = mean_shift(Wc, Wc, h, chunk=hi - lo, **opts).mean(0)
+            agg = mean_shift(Wc, Wc, h, chunk=hi - lo, **opts).t().contiguous().mean(1)
         elif cluster_mode == "sequential_inplace":
             agg = cluster_mean_shift_inplace(Wc, h, **opts)
         else:
             raise ValueError(f"unknown cluster_mode {cluster_mode!r}")
+        agg = torch.where(Wc.amax(0) == Wc.amin(0), Wc[0], agg)  # all clients agree: exactly their value
         out[idx] = agg.to(out_device)
     return out, stats.as_dict()
 
@@ -374,7 +391,9 @@ class FedKPPAHyperparams(FedPAClientOptions, FedKPCMHyperparams):
 # The algorithms
 # ---------------------------------------------------------------------------------------------------------------
 
-class FedKP(Algorithm):
+class FedKP(FedAvg):
+    """FedAvg's clients; the server takes the mode (Alg. 9) or the mean of modes (Alg. 10) of θ_t + Δ_k."""
+
     name = "fedkp"
     Hyperparams = FedKPHyperparams
     summable = False
@@ -383,15 +402,6 @@ class FedKP(Algorithm):
         super().__init__(hparams)
         self._mask: Optional[torch.Tensor] = None
 
-    def client_update(self, payload: dict, client: ClientContext) -> ClientUpdate:
-        start = payload["weights"]
-        if client.num_samples == 0:
-            return ClientUpdate(weight=0.0, tensors={"weights": start}, metrics={"train_loss": 0.0})
-        set_flat_weights(client.model, start)
-        loss = train_local(client.model, client.x, client.y, client.training, client.generator)
-        return ClientUpdate(weight=float(client.num_samples), tensors={"weights": get_flat_weights(client.model)},
-                            metrics={"train_loss": loss})
-
     def kde_mask(self, ctx: ServerContext) -> Optional[torch.Tensor]:
         if self.hp.kde_tensors == "state":
             return None
@@ -399,28 +409,31 @@ class FedKP(Algorithm):
             self._mask = parameter_mask(ctx.model)
         return self._mask
 
-    def server_aggregate(self, rows: Sequence[torch.Tensor], ctx: ServerContext) -> tuple[torch.Tensor, dict]:
+    def server_aggregate(self, start: torch.Tensor, deltas: Sequence[torch.Tensor],
+                         ctx: ServerContext) -> tuple[torch.Tensor, dict]:
+        """θ_agg from the client models ``start + delta_k``."""
         hp = self.hp
-        return fedkp_aggregate(rows, cluster=hp.cluster, cluster_mode=hp.cluster_mode, kernel=hp.kernel,
-                               profile=hp.weight_profile, rule=hp.bandwidth_rule, scale=hp.bandwidth_scaling,
-                               zero_iqr=hp.zero_iqr, tol=hp.tol, relative_tol=hp.tol_mode == "relative",
-                               t_max=hp.t_max, chunk_size=hp.chunk_size, mask=self.kde_mask(ctx), device=ctx.device)
+        return fedkp_aggregate(deltas, base=start, cluster=hp.cluster, cluster_mode=hp.cluster_mode,
+                               kernel=hp.kernel, profile=hp.weight_profile, rule=hp.bandwidth_rule,
+                               scale=hp.bandwidth_scaling, zero_iqr=hp.zero_iqr, tol=hp.tol,
+                               relative_tol=hp.tol_mode == "relative", t_max=hp.t_max, chunk_size=hp.chunk_size,
+                               mask=self.kde_mask(ctx), device=ctx.device)
 
     def aggregate(self, state: ServerState, updates: Sequence[ClientUpdate], ctx: ServerContext) -> ServerState:
         if any(u.num_clients != 1 for u in updates):
             raise ValueError(f"{self.name} needs one update per client (summable = False), got a pre-reduced one")
-        rows = [u.tensors["weights"] for u in updates if u.weight > 0]
-        if not rows:
+        deltas = [u.tensors["delta"] for u in updates if u.weight > 0]
+        if not deltas:
             return ServerState(weights=state.weights.clone(), round=state.round + 1, optimizer=state.optimizer,
                                extra=state.extra)
-        agg, diagnostics = self.server_aggregate(rows, ctx)
+        agg, diagnostics = self.server_aggregate(state.weights, deltas, ctx)
         if self.hp.use_server_optimizer:
             weights, opt_state = server_step(state.weights, agg - state.weights, state.optimizer, ctx.server_lr,
                                              ctx.server_momentum)
         else:
             weights, opt_state = agg, state.optimizer
         return ServerState(weights=weights, round=state.round + 1, optimizer=opt_state,
-                           extra={**state.extra, "fedkp": {**diagnostics, "clients": len(rows)}})
+                           extra={**state.extra, "fedkp": {**diagnostics, "clients": len(deltas)}})
 
 
 class FedKPCM(FedKP):
@@ -429,10 +442,13 @@ class FedKPCM(FedKP):
 
 
 class FedKPPA(FedKP):
-    """FedKP_cm on the server; SGD clients before round B, FedPA clients (returning x0 − Δ_i) from round B on."""
+    """FedKP_cm on the server; SGD clients before round B, FedPA clients (Δ = −Δ_i, i.e. x0 − Δ_i) from B on."""
 
     name = "fedkppa"
     Hyperparams = FedKPPAHyperparams
+
+    def client_stage_fields(self) -> dict:
+        return fedpa_stage_fields(self.hp, weighting="data_size")
 
     def broadcast(self, state: ServerState, sampled_clients: Sequence[int]) -> dict:
         return {"weights": state.weights, "round": state.round}
@@ -441,5 +457,5 @@ class FedKPPA(FedKP):
         if client.num_samples == 0 or in_burnin(self.hp, payload):
             return super().client_update(payload, client)
         delta, loss, metrics = fedpa_local(self.hp, payload, client)
-        return ClientUpdate(weight=float(client.num_samples), tensors={"weights": payload["weights"] - delta},
+        return ClientUpdate(weight=float(client.num_samples), tensors={"delta": -delta},
                             metrics={"train_loss": loss, **metrics})

@@ -38,6 +38,7 @@ Deviations and choices (each a config switch where the digest documents an alter
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -177,10 +178,19 @@ def in_burnin(opts: FedPAClientOptions, payload: dict) -> bool:
     return int(payload.get("round", 0)) < opts.burnin_rounds
 
 
+def fedpa_stage_fields(opts: FedPAClientOptions, weighting: str) -> dict:
+    """What a FedPA client's result depends on (the stage-cache key): its options and its update weight."""
+    fields = {f.name: getattr(opts, f.name) for f in dataclasses.fields(FedPAClientOptions)}
+    return {"procedure": "fedpa", **fields, "weighting": weighting}
+
+
 class FedPA(FedAvg):
     name = "fedpa"
     Hyperparams = FedPAHyperparams
     summable = True
+
+    def client_stage_fields(self) -> dict:
+        return fedpa_stage_fields(self.hp, self.hp.weighting)
 
     def broadcast(self, state: ServerState, sampled_clients: Sequence[int]) -> dict:
         return {"weights": state.weights, "round": state.round}

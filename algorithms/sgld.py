@@ -71,6 +71,10 @@ class SGLD(FedAvg):
     Hyperparams = SGLDHyperparams
     summable = True
 
+    def client_stage_fields(self) -> dict:
+        return {"procedure": "local_sgd_langevin_noise", "noise_rule": self.hp.noise_rule,
+                "noise_std": self.hp.noise_std, "weighting": self.hp.weighting}
+
     def client_update(self, payload: dict, client: ClientContext) -> ClientUpdate:
         update = super().client_update(payload, client)  # FedAvg's client: Δ_k, weight N_k
         if client.num_samples == 0:

@@ -86,6 +86,9 @@ class SchedulerConfig:
     kind: str = spec("none", doc="none, or asha (early stopping over rounds).", choices=("none", "asha"))
     grace_period: int = spec(1, doc="ASHA: rounds every trial runs before it may be stopped.", ge=1)
     reduction_factor: float = spec(2.0, doc="ASHA: keep 1/reduction_factor of trials at each rung.", gt=1)
+    burnin_margin: int = spec(10, doc="ASHA: rounds after a method's burn-in (FedPA, FedKPPA, SGLD) before a "
+                                      "trial may be stopped; grace_period must be >= burn-in + margin "
+                                      "(spec/fedkp_fedpa.md §13 recommends 100 at full scale).", ge=0)
 
 
 @dataclass(frozen=True)
@@ -214,16 +217,33 @@ def _dependency_order(parameters: dict[str, Distribution]) -> dict[str, Distribu
 
 
 def _validate_parameter_values(space: SearchSpace) -> None:
-    """Every parameter must be a config key, and every value it can take must pass config validation."""
+    """Every parameter must be a config key, and every value it can take must pass config validation.
+
+    Also enforces the ASHA burn-in rule on every configuration tried: a scheduler may only stop a trial
+    after its method's burn-in plus ``burnin_margin`` rounds.
+    """
+    configs = [space.trial_config({})]
     for key, dist in space.parameters.items():
         context = {}
         for cond, wanted in dist.when.items():
             context[cond] = wanted[0] if isinstance(wanted, list) else wanted
         for value in dist.candidates:
             try:
-                space.trial_config({**context, key: value})
+                configs.append(space.trial_config({**context, key: value}))
             except ConfigError as err:
                 raise ConfigError(f"parameters.{key}", f"value {value!r} is invalid: {err}") from None
+    scheduler = space.search.scheduler
+    if scheduler.kind == "asha":
+        from algorithms import ALGORITHMS
+
+        worst = max(configs, key=lambda c: ALGORITHMS[c.algorithm.name](c.algorithm.params).burn_in_rounds())
+        burn_in = ALGORITHMS[worst.algorithm.name](worst.algorithm.params).burn_in_rounds()
+        if burn_in and scheduler.grace_period < burn_in + scheduler.burnin_margin:
+            raise ConfigError("search.scheduler.grace_period",
+                              f"must be >= burn-in + burnin_margin = {burn_in} + {scheduler.burnin_margin} "
+                              f"= {burn_in + scheduler.burnin_margin} ({worst.algorithm.name} burns in for up to "
+                              f"{burn_in} rounds); ASHA must not stop a trial before the method's gain can appear "
+                              f"(spec/fedkp_fedpa.md §13), got {scheduler.grace_period}")
 
 
 def grid_points(space: SearchSpace) -> list[dict]:

@@ -16,7 +16,7 @@ from typing import Any, Optional
 from ray import tune
 
 DEFAULT_STORE_FILE = "mlflow.db"
-PER_ROUND_METRICS = ("test_accuracy", "test_loss", "train_loss", "seconds")
+PER_ROUND_METRICS = ("test_accuracy", "test_loss", "train_loss", "seconds", "client_stage_cached")
 
 
 def in_ray_job() -> bool:
