@@ -44,6 +44,7 @@ class ServerContext:
     device: torch.device
     public_x: Optional[torch.Tensor] = None  # unlabelled public data, for distillation methods
     generator: Optional[torch.Generator] = None
+    test_y: Optional[torch.Tensor] = None  # held-out test labels: for metrics of client ensembles (FedED)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class ClientContext:
     state: dict  # persistent per-client state across rounds
     device: torch.device
     public_x: Optional[torch.Tensor] = None  # unlabelled public data (distillation methods), shared by all clients
+    test_x: Optional[torch.Tensor] = None  # the held-out test inputs (no labels): for ensemble-of-clients metrics
 
     @property
     def num_samples(self) -> int:
@@ -112,6 +114,8 @@ class Algorithm:
     #: True when clients may run different architectures (``model.architectures``): the method exchanges
     #: predictions or distilled targets, never weights.
     heterogeneous_models: ClassVar[bool] = False
+    #: True when clients predict on the test inputs (never labels) so the server can score their ensemble.
+    clients_see_test_inputs: ClassVar[bool] = False
 
     def __init__(self, hparams: Any = None):
         self.hp = hparams if hparams is not None else self.Hyperparams()

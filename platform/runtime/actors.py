@@ -55,9 +55,10 @@ class ParameterServer:
                                  num_classes=num_classes, device=self.device,
                                  public_x=None if public_x is None else _as_tensor(public_x, self.device),
                                  generator=generator(config.stream_seed("noise"), SERVER_STREAM_KEY))
-        self.state = self.algorithm.init_server_state(get_flat_weights(model), self.ctx)
         self.test_x = _as_tensor(test_data[0], self.device)
         self.test_y = _as_tensor(test_data[1], self.device)
+        self.ctx.test_y = self.test_y
+        self.state = self.algorithm.init_server_state(get_flat_weights(model), self.ctx)
 
     def ready(self) -> bool:
         return True
@@ -93,11 +94,12 @@ class ClientPool:
 
     def __init__(self, config, train_data: tuple[np.ndarray, np.ndarray], shards: dict[int, np.ndarray],
                  input_shape, num_classes: int, num_threads: int = 1, wants_gpu: bool = False,
-                 public_x: Optional[np.ndarray] = None):
+                 public_x: Optional[np.ndarray] = None, test_data: Optional[tuple[np.ndarray, np.ndarray]] = None):
         torch.set_num_threads(num_threads)
         self.config = config
         self.device = _pick_device(wants_gpu)
         self.public_x = None if public_x is None else _as_tensor(public_x, self.device)
+        self.test_x = None if test_data is None else _as_tensor(test_data[0], self.device)  # inputs only
         self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm.params)
         # One model instance per architecture, built once; virtual clients copy weights into it.
         self.architecture = {k: config.model.name for k in shards}
@@ -128,7 +130,8 @@ class ClientPool:
                 model=self.models[self.architecture[k]],
                 training=self.training, generator=generator(self.training_seed, round_index, k),
                 noise_generator=generator(self.noise_seed, round_index, k),
-                state=self.client_state.setdefault(int(k), {}), device=self.device, public_x=self.public_x)
+                state=self.client_state.setdefault(int(k), {}), device=self.device, public_x=self.public_x,
+                test_x=self.test_x)
             updates.append(self.algorithm.client_update(payload, client))
         if reduce and self.algorithm.summable and len(updates) > 1:
             return [reduce_updates(updates)]

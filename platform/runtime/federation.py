@@ -79,6 +79,9 @@ class Federation:
                                           config.stream_seed("sampling")))
         self.num_actors = min(pool_size(config.resources), clients.num_clients)
         self.owner = np.arange(clients.num_clients) % self.num_actors
+        from algorithms import ALGORITHMS
+
+        self.algorithm_needs_test_inputs = ALGORITHMS[config.algorithm.name].clients_see_test_inputs
         # Every .remote() below returns at once: the actors are created concurrently.
         self.server = RemoteParameterServer.options(**placement.server_options()).remote(
             config, data.test_ref, data.input_shape, data.num_classes, 1, False, data.public_ref)
@@ -98,7 +101,8 @@ class Federation:
         self.pools = [
             RemoteClientPool.options(**self.placement.client_options(a, bundle)).remote(
                 config, data.train_ref, {k: self.shards[k] for k in np.flatnonzero(self.owner == a)},
-                data.input_shape, data.num_classes, threads, config.resources.gpu > 0, data.public_ref)
+                data.input_shape, data.num_classes, threads, config.resources.gpu > 0, data.public_ref,
+                data.test_ref if self.algorithm_needs_test_inputs else None)
             for a in range(self.num_actors)
         ]
 
