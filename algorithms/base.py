@@ -76,6 +76,7 @@ class ClientUpdate:
     tensors: dict[str, torch.Tensor]
     metrics: dict[str, float] = field(default_factory=dict)  # weighted means, e.g. train_loss
     num_clients: int = 1
+    seconds: float = 0.0  # compute time spent producing it (summed when reduced); the runtime fills it in
 
 
 def reduce_updates(updates: Sequence[ClientUpdate]) -> ClientUpdate:
@@ -91,7 +92,7 @@ def reduce_updates(updates: Sequence[ClientUpdate]) -> ClientUpdate:
     coeffs = [u.weight / total if total > 0 else 0.0 for u in updates]
     tensors = {key: sum(c * u.tensors[key] for c, u in zip(coeffs, updates)) for key in updates[0].tensors}
     return ClientUpdate(weight=total, tensors=tensors, metrics=mean_metrics(updates),
-                        num_clients=sum(u.num_clients for u in updates))
+                        num_clients=sum(u.num_clients for u in updates), seconds=sum(u.seconds for u in updates))
 
 
 def mean_metrics(updates: Sequence[ClientUpdate]) -> dict[str, float]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from platform.cli import connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
 from platform.config import load_experiment, parse_override, load_yaml, apply_overrides, build_experiment
@@ -27,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                "sqlite:///<results home>/mlflow.db)")
     parser.add_argument("--experiment", help="MLflow experiment name (default: the config's file name)")
     parser.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    parser.add_argument("--profile", action="store_true",
+                        help="print a per-round time breakdown (sample, broadcast, local train, aggregate, evaluate, "
+                             "tracking) and log it as the MLflow artifact profile.txt")
     parser.add_argument("--show-partition", action="store_true",
                         help="print the client x class count matrix (always logged to MLflow as an artifact)")
     parser.add_argument("--cache-dir", help="stage cache (default: $FEDSWEEP_CACHE, else <results home>/cache)")
@@ -51,6 +55,29 @@ def resolve_config(target: str, overrides: list[str]):
         base.setdefault("resources", raw["resources"])
     parsed = dict(parse_override(o) for o in overrides)
     return build_experiment(apply_overrides(base, parsed)), os.path.splitext(os.path.basename(path))[0]
+
+
+PROFILE_PHASES = ("sample", "broadcast", "local_train", "aggregate", "evaluate", "tracking")
+
+
+def profile_table(rounds: list[dict]) -> str:
+    """Per-round seconds of each phase; ``other`` is the rest of the round (Ray scheduling, transfers)."""
+    header = f"{'round':>5} " + " ".join(f"{p:>11}" for p in PROFILE_PHASES) + f" {'other':>8} {'total':>8}"
+    lines = ["time per round (s)", header]
+    totals = {p: 0.0 for p in (*PROFILE_PHASES, "other", "total")}
+    for m in rounds:
+        phases = {p: float(m.get(f"{p}_seconds", 0.0)) for p in PROFILE_PHASES}
+        total = float(m["seconds"]) + phases["tracking"]
+        phases["other"] = max(total - sum(phases.values()), 0.0)
+        phases["total"] = total
+        for k, v in phases.items():
+            totals[k] += v
+        lines.append(f"{m['round']:>5} " + " ".join(f"{phases[p]:>11.4f}" for p in PROFILE_PHASES)
+                     + f" {phases['other']:>8.4f} {total:>8.4f}")
+    share = {k: 100 * v / totals["total"] if totals["total"] else 0 for k, v in totals.items()}
+    lines.append(f"{'share':>5} " + " ".join(f"{share[p]:>10.1f}%" for p in PROFILE_PHASES)
+                 + f" {share['other']:>7.1f}% {100:>7.1f}%")
+    return "\n".join(lines)
 
 
 def _format(metrics: dict) -> str:
@@ -91,16 +118,25 @@ def main(argv=None) -> int:
             if args.show_partition:
                 print(summary)
         last = {}
+        profile = []
         rounds = ([run_one_round(federations, open_cache(args.cache_dir, not args.no_cache))]
                   if config.mode == "one_round" else run_rounds(federations, config.rounds))
         for metrics in rounds:
             print(_format(metrics), flush=True)
+            started = time.perf_counter()
             if tracker:
                 tracker.log_metrics(run_id, {k: v for k, v in metrics.items() if k != "round"}, step=metrics["round"])
+            metrics["tracking_seconds"] = time.perf_counter() - started
+            profile.append(metrics)
             last = metrics
         if tracker:
             tracker.log_metrics(run_id, {f"final_{k}": v for k, v in last.items() if k != "round"},
                                 step=last["round"])
+        if args.profile:
+            table = profile_table(profile)
+            print(table)
+            if tracker:
+                tracker.log_text(run_id, table, "profile.txt")
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

@@ -16,7 +16,6 @@ from typing import Any, Optional
 from ray import tune
 
 DEFAULT_STORE_FILE = "mlflow.db"
-PER_ROUND_METRICS = ("test_accuracy", "test_loss", "train_loss", "seconds", "client_stage_cached")
 
 
 def in_ray_job() -> bool:
@@ -162,10 +161,16 @@ def log_partition(tracker: "Tracker", run_id: str, config, labels, num_classes: 
     return text
 
 
+_TUNE_KEYS = {"training_iteration", "time_total_s", "episodes_total", "timesteps_total", "node_ip", "hostname",
+              "pid", "time_this_iter_s", "timestamp", "date", "time_since_restore", "timesteps_since_restore",
+              "iterations_since_restore", "config", "checkpoint_dir_name", "done", "trial_id", "experiment_tag",
+              "should_checkpoint", "round"}
+
+
 def round_metrics(result: dict) -> dict[str, float]:
-    """The per-round metrics of a Tune result (means over seeds, plus ``*_std`` when there are several)."""
-    keys = [k for k in result if k.split("_std")[0] in PER_ROUND_METRICS]
-    return {k: result[k] for k in keys if isinstance(result[k], (int, float))}
+    """What a trial reported for a round (means over seeds, ``*_std`` with several), without Tune's own keys."""
+    return {k: float(v) for k, v in result.items()
+            if k not in _TUNE_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 class MlflowSweepCallback(tune.Callback):

@@ -64,19 +64,31 @@ class ParameterServer:
         return True
 
     def broadcast(self, sampled_clients: Sequence[int]) -> dict:
-        return self.algorithm.broadcast(self.state, sampled_clients)
+        start = time.perf_counter()
+        payload = self.algorithm.broadcast(self.state, sampled_clients)
+        self._broadcast_seconds = time.perf_counter() - start
+        return payload
 
     def aggregate(self, *partials) -> dict:
-        """Aggregate the actors' results (lists of updates), step the round and evaluate the new global model."""
+        """Aggregate the actors' results (one list of updates per actor), step the round, evaluate the model.
+
+        Besides the test metrics and the clients' mean metrics, reports the time of each phase (for
+        ``platform.run --profile``) and any metrics the algorithm left in ``state.extra["metrics"]``.
+        """
         start = time.perf_counter()
         updates = [u for part in partials for u in part]
+        local_train = max((sum(u.seconds for u in part) for part in partials), default=0.0)
         self.state = self.algorithm.aggregate(self.state, updates, self.ctx)
-        aggregate_seconds = time.perf_counter() - start
+        algorithm_metrics = self.state.extra.pop("metrics", {}) if isinstance(self.state.extra, dict) else {}
+        aggregated = time.perf_counter()
         set_flat_weights(self.ctx.model, self.algorithm.evaluation_weights(self.state))
         metrics = evaluate(self.ctx.model, self.test_x, self.test_y)
         metrics.update(mean_metrics(updates))
+        metrics.update({k: float(v) for k, v in algorithm_metrics.items()})
         metrics.update({"round": self.state.round, "clients": sum(u.num_clients for u in updates),
-                        "aggregate_seconds": aggregate_seconds})
+                        "broadcast_seconds": getattr(self, "_broadcast_seconds", 0.0),
+                        "local_train_seconds": local_train, "aggregate_seconds": aggregated - start,
+                        "evaluate_seconds": time.perf_counter() - aggregated})
         return metrics
 
     def get_state(self):
@@ -132,7 +144,10 @@ class ClientPool:
                 noise_generator=generator(self.noise_seed, round_index, k),
                 state=self.client_state.setdefault(int(k), {}), device=self.device, public_x=self.public_x,
                 test_x=self.test_x)
-            updates.append(self.algorithm.client_update(payload, client))
+            start = time.perf_counter()
+            update = self.algorithm.client_update(payload, client)
+            update.seconds = time.perf_counter() - start
+            updates.append(update)
         if reduce and self.algorithm.summable and len(updates) > 1:
             return [reduce_updates(updates)]
         return updates

@@ -144,13 +144,16 @@ class Federation:
     def start_round(self) -> ray.ObjectRef:
         """Launch the next round; returns a reference to its metrics (see :meth:`finish_round`)."""
         self._started = time.perf_counter()
-        partials = self.client_updates(self.round, self.sampled_clients(self.round))
+        sampled = self.sampled_clients(self.round)
+        self._sample_seconds = time.perf_counter() - self._started
+        partials = self.client_updates(self.round, sampled)
         return self.server.aggregate.remote(*partials)
 
     def finish_round(self, metrics_ref: ray.ObjectRef) -> dict:
         metrics = ray.get(metrics_ref)
         self.round += 1
         metrics["seconds"] = time.perf_counter() - self._started
+        metrics["sample_seconds"] = getattr(self, "_sample_seconds", 0.0)
         return metrics
 
     def run_round(self) -> dict:

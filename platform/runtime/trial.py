@@ -19,18 +19,19 @@ from platform.runtime.federation import (Federation, SharedData, one_round_stage
                                          share_dataset)
 from platform.runtime.placement import current_placement, own_placement
 
-SUMMARISED = ("test_accuracy", "test_loss", "train_loss", "seconds")
+NOT_SUMMARISED = ("round", "clients")
 
 
 def summarise_seeds(per_seed: list[dict]) -> dict:
-    """Mean over seeds of each metric, plus ``<metric>_std`` (population std) when there are several seeds."""
+    """Mean over seeds of every metric, plus ``<metric>_std`` (population std, ddof 0 as the thesis reports)
+    for the non-timing metrics when there are several seeds."""
     out = {"round": int(per_seed[0]["round"])}
-    for key in SUMMARISED:
+    keys = [k for k in per_seed[0] if k not in NOT_SUMMARISED and isinstance(per_seed[0][k], (int, float))]
+    for key in keys:
         values = np.array([m[key] for m in per_seed if key in m], dtype=float)
-        if len(values):
-            out[key] = float(values.mean())
-            if len(per_seed) > 1:
-                out[f"{key}_std"] = float(values.std())
+        out[key] = float(values.mean())
+        if len(per_seed) > 1 and not key.endswith("seconds"):
+            out[f"{key}_std"] = float(values.std())
     return out
 
 
