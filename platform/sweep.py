@@ -124,7 +124,12 @@ def main(argv=None) -> int:
     base_config = space.trial_config({})
     from platform.tracking import resolve_tracking_uri, results_home
 
-    storage = os.path.abspath(args.storage_path or os.path.join(results_home(), "ray_results"))
+    storage = args.storage_path or os.path.join(results_home(), "ray_results")
+    for flag, path in (("--storage-path", storage), ("--cache-dir", args.cache_dir or "")):
+        if "://" in path:
+            raise UserError(f"{flag}: {path!r} is a URI; use a file-system path that every node sees (NFS, EFS, "
+                            f"Filestore, a shared volume): resume state and the stage cache need POSIX files")
+    storage = os.path.abspath(storage)
     resume_dir = _latest_experiment(storage, space.name) if args.resume else None
     if args.resume and resume_dir is None:
         raise UserError(f"--resume: no earlier run of sweep {space.name!r} under {storage}")

@@ -37,6 +37,8 @@ def cluster(tmp_path):
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     env = {**os.environ, "PATH": path, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
+    token = _ray("get-auth-token", "--generate", env=env)  # ray start needs a token; only ray.init() makes one
+    assert token.returncode == 0, token.stdout + token.stderr
     gcs_port, dashboard_port = _free_port(), _free_port()
     head = _ray("start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
                 "--dashboard-host=127.0.0.1", "--num-cpus=1", "--object-store-memory=300000000",
