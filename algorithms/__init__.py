@@ -8,9 +8,10 @@ from algorithms.fedprox import FedProx
 from algorithms.fedkp import FedKP, FedKPCM, FedKPPA
 from algorithms.fedpa import FedPA
 from algorithms.sgld import SGLD
+from algorithms.feded import FedED
 
 ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg, FedProx, FedKP, FedKPCM, FedKPPA, FedPA,
-                                                                      SGLD)}
+                                                                      SGLD, FedED)}
 
 __all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "ClientUpdate", "ServerContext", "ServerState",
            "reduce_updates"]
