@@ -22,13 +22,16 @@ per round from the un-shifted W.
 
 The core is :func:`bandwidths`, :func:`mean_shift` and :func:`fedkp_aggregate`: pure torch, vectorised over
 coordinates and chunked over d, so the largest temporary (S×chunk for FedKP, S×S×chunk for FedKP_cm)
-stays bounded. Per (start, coordinate) pair, a mean-shift that moved by ≤ τ is frozen (§12 A5: per-coordinate
+stays bounded; the result is bit-for-bit the same for every ``chunk_size``. It runs in the client vectors'
+dtype (float32) on ``ServerContext.device``: FedKP_cm's O(S²·d) per iteration is slow on a CPU for large
+models (see benchmarks/fedkp_aggregation.py). Per (start, coordinate) pair, a mean-shift that moved by ≤ τ is frozen (§12 A5: per-coordinate
 absolute test, converged coordinates frozen, the latest iterate returned).
 
 Degenerate coordinates (§3.4): zero spread (all clients agree, σ̂_j = 0), h_j = 0 (IQR = 0 under a
 Silverman rule) and an empty window (denominator 0) all leave the coordinate at its current iterate, as the
 code's NaN → previous-value replacement does: for FedKP that is the client mean, for FedKP_cm the client's
-own value (so the average of the modes is again the mean).
+own value (so the average of the modes is again the mean). A coordinate on which all clients agree returns
+exactly their common value. With fewer than two clients every coordinate is degenerate.
 
 Deviations from the digest and choices (each documented alternative is a config switch):
 
@@ -42,7 +45,7 @@ Deviations from the digest and choices (each documented alternative is a config 
 - ``cluster_mode`` defaults to ``independent`` (Alg. 10 as written; the digest's resolution of §12 A4). The
   authors' code, which the digest read but did not run, shifts each client's row of W in place, so later
   clients see a partly collapsed sample: ``sequential_inplace`` reproduces that (with the bandwidths of the
-  original W, and always on the direct solver). Not the default because the behaviour is unverified.
+  original W). Not the default because the digest leaves the behaviour unverified.
 - ``weight_profile`` (§3.5 theory note, §12 A6): ``kernel`` weights points by K itself (Alg. 8 and the code;
   with Epanechnikov this climbs the biweight KDE), ``flat`` weights every point with |u| ≤ 1 equally (the
   exact mean-shift of the Epanechnikov KDE). With the Gaussian kernel ``kernel`` already climbs the Gaussian
@@ -58,6 +61,7 @@ Deviations from the digest and choices (each documented alternative is a config 
   on, θ_{t+1} = θ_t + η_s·v, v = m_s·v + (θ_agg − θ_t), with the experiment's server lr and momentum.
 - The KDE weighting variants of §3.10 (future work in the thesis) are not implemented.
 - Clients with no data return weight 0 and are left out of the KDE; with no client left θ is unchanged.
+  FedKPPA's FedPA-phase clients report weight N_k (it only weights train_loss).
 - Diagnostics of the last round (iterations used, fraction of (start, coordinate) pairs still moving at
   t_max, fraction of degenerate coordinates) are kept in ``ServerState.extra['fedkp']``.
 """

@@ -34,7 +34,12 @@ Deviations and choices (each a config switch where the digest documents an alter
   x0 − μ̂ (ρ = 0); the client reports ``fedpa_nonfinite`` = 1 for that round either way.
 - The state vector is the whole float ``state_dict`` (BatchNorm running statistics included, as the thesis
   code); ``num_batches_tracked`` is an integer buffer and stays per model (algorithms/common/weights.py).
+- Defaults ρ = 0.1 and B = 25 are Table 4.1's MNIST values (ρ = 0.1 on EMNIST, 0.01 on CIFAR-100; B was
+  T/2 everywhere: 25/50, 500/1000, 400/800); B depends on the run length, so set it per experiment.
+- The DP's inner products accumulate in float64 (the vectors stay in the model's dtype).
 - A client with no data returns a zero update with weight 0.
+- FedPA clients never share the one-round stage cache with FedAvg (``client_stage_fields``: their weights
+  and, after the burn-in, their procedure differ).
 """
 from __future__ import annotations
 

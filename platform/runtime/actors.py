@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 import ray
@@ -101,28 +101,95 @@ class ParameterServer:
         return self.algorithm.evaluation_weights(self.state)
 
 
-class ClientPool:
-    """Hosts a fixed shard of virtual clients; trains the sampled ones in turn with one model instance."""
+class ClientShards:
+    """Every client's sample indices as two arrays, whatever the number of clients (CSR layout): client
+    ``clients[i]`` (``i`` itself when ``clients`` is None) owns ``indices[offsets[i]:offsets[i + 1]]``.
 
-    def __init__(self, config, train_data: tuple[np.ndarray, np.ndarray], shards: dict[int, np.ndarray],
+    One object per federation, put in the object store once and read zero-copy by every client actor, so an
+    idle virtual client costs its indices (8 bytes a sample) and no Python object of its own.
+    """
+
+    def __init__(self, indices: np.ndarray, offsets: np.ndarray, clients: Optional[np.ndarray] = None):
+        self.indices, self.offsets, self.clients = indices, offsets, clients
+
+    @classmethod
+    def from_parts(cls, parts: Sequence[np.ndarray], clients: Optional[Sequence[int]] = None) -> "ClientShards":
+        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([len(p) for p in parts])
+        indices = (np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]) if len(parts)
+                   else np.zeros(0, dtype=np.int64))
+        return cls(indices, offsets, None if clients is None else np.asarray(clients, dtype=np.int64))
+
+    @classmethod
+    def from_mapping(cls, shards: Mapping[int, np.ndarray]) -> "ClientShards":
+        keys = sorted(int(k) for k in shards)
+        return cls.from_parts([shards[k] for k in keys], keys)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def _position(self, k: int) -> int:
+        if self.clients is None:
+            if not 0 <= k < len(self):
+                raise KeyError(k)
+            return k
+        i = int(np.searchsorted(self.clients, k))
+        if i >= len(self.clients) or self.clients[i] != k:
+            raise KeyError(k)
+        return i
+
+    def bounds(self, k: int) -> tuple[int, int]:
+        i = self._position(int(k))
+        return int(self.offsets[i]), int(self.offsets[i + 1])
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        start, end = self.bounds(k)
+        return self.indices[start:end]
+
+    def __contains__(self, k) -> bool:
+        try:
+            self._position(int(k))
+            return True
+        except KeyError:
+            return False
+
+    def keys(self) -> np.ndarray:
+        return np.arange(len(self), dtype=np.int64) if self.clients is None else self.clients
+
+
+class ClientPool:
+    """Hosts a fixed shard of virtual clients; trains the sampled ones in turn with one model instance.
+
+    ``shards``: a mapping client → sample indices (the clients it hosts), or a :class:`ClientShards` of every
+    client with ``hosted`` naming the ones this actor hosts. Nothing is kept per idle client: its indices stay
+    in the shared arrays and its persistent state exists only once an algorithm stores some.
+    """
+
+    def __init__(self, config, train_data: tuple[np.ndarray, np.ndarray],
+                 shards: Union[Mapping[int, np.ndarray], ClientShards],
                  input_shape, num_classes: int, num_threads: int = 1, wants_gpu: bool = False,
-                 public_x: Optional[np.ndarray] = None, test_data: Optional[tuple[np.ndarray, np.ndarray]] = None):
+                 public_x: Optional[np.ndarray] = None, test_data: Optional[tuple[np.ndarray, np.ndarray]] = None,
+                 hosted: Optional[np.ndarray] = None):
         torch.set_num_threads(num_threads)
         self.config = config
         self.device = _pick_device(wants_gpu)
         self.public_x = None if public_x is None else _as_tensor(public_x, self.device)
         self.test_x = None if test_data is None else _as_tensor(test_data[0], self.device)  # inputs only
         self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm.params)
+        self.shards = shards if isinstance(shards, ClientShards) else ClientShards.from_mapping(shards)
+        self.hosted = np.asarray(self.shards.keys() if hosted is None else hosted, dtype=np.int64)
         # One model instance per architecture, built once; virtual clients copy weights into it.
-        self.architecture = {k: config.model.name for k in shards}
+        self._names = None  # client -> architecture, only with heterogeneous architectures
+        names_used = [config.model.name]
         if config.model.architectures is not None:
-            names = assign_architectures(config.model.architectures, config.clients.num_clients)
-            self.architecture = {k: names[k] for k in shards}
+            self._names = assign_architectures(config.model.architectures, config.clients.num_clients)
+            names_used = [self._names[k] for k in self.hosted]
+        self.input_shape, self.num_classes = input_shape, num_classes
         self.models = {name: _model_for(config, input_shape, num_classes, self.device, name)
-                       for name in sorted(set(self.architecture.values()))}
+                       for name in sorted(set(names_used))}
         self.x = _as_tensor(train_data[0], torch.device("cpu"))  # zero-copy view of the object-store array
         self.y = _as_tensor(train_data[1], torch.device("cpu"))
-        self.shards = {k: torch.as_tensor(v) for k, v in shards.items()}
+        self._indices = _as_tensor(self.shards.indices, torch.device("cpu"))  # zero-copy too
         self.client_state: dict[int, dict] = {}
         c = config.clients
         self.training = LocalTraining(c.local_epochs, c.batch_size, c.optimizer, c.lr, c.momentum, c.weight_decay)
@@ -136,29 +203,50 @@ class ClientPool:
         """Run ``client_update`` for each sampled client; pre-reduce to one partial mean if the method allows."""
         updates = []
         for k in client_ids:
-            idx = self.shards[k]
+            k = int(k)
+            lo, hi = self.shards.bounds(k)
+            idx = self._indices[lo:hi]
+            state = self.client_state.get(k, {})
             client = ClientContext(
-                client_id=int(k), x=self.x[idx].to(self.device), y=self.y[idx].to(self.device),
-                model=self.models[self.architecture[k]],
+                client_id=k, x=self.x[idx].to(self.device), y=self.y[idx].to(self.device),
+                model=self._model(k),
                 training=self.training, generator=generator(self.training_seed, round_index, k),
                 noise_generator=generator(self.noise_seed, round_index, k),
-                state=self.client_state.setdefault(int(k), {}), device=self.device, public_x=self.public_x,
-                test_x=self.test_x)
+                state=state, device=self.device, public_x=self.public_x, test_x=self.test_x)
             start = time.perf_counter()
             update = self.algorithm.client_update(payload, client)
             update.seconds = time.perf_counter() - start
             updates.append(update)
+            if state:  # kept only once the algorithm stores something (most never do)
+                self.client_state[k] = state
         if reduce and self.algorithm.summable and len(updates) > 1:
             return [reduce_updates(updates)]
         return updates
+
+    def architecture(self, k: int) -> str:
+        return self.config.model.name if self._names is None else self._names[k]
+
+    def _model(self, k: int) -> torch.nn.Module:
+        """The model of client ``k``'s architecture; built on first use for a client hosted elsewhere (a
+        balanced round may hand this actor any client)."""
+        name = self.architecture(k)
+        if name not in self.models:
+            self.models[name] = _model_for(self.config, self.input_shape, self.num_classes, self.device, name)
+        return self.models[name]
+
+    def holds_client_state(self) -> bool:
+        """True once any client trained here has persistent state (the federation then stops balancing)."""
+        return bool(self.client_state)
 
     def get_client_states(self) -> dict[int, dict]:
         return self.client_state
 
     def set_client_states(self, states: dict[int, dict]) -> None:
-        self.client_state = {int(k): v for k, v in states.items() if int(k) in self.shards}
+        keys = np.fromiter((int(k) for k in states), dtype=np.int64, count=len(states))
+        mine = np.isin(keys, self.hosted)
+        self.client_state = {int(k): v for k, v, own in zip(keys, states.values(), mine) if own and v}
 
 
 RemoteParameterServer = ray.remote(ParameterServer)
 RemoteClientPool = ray.remote(ClientPool)
-__all__ = ["ClientPool", "ParameterServer", "RemoteClientPool", "RemoteParameterServer", "derived_seed"]
+__all__ = ["ClientPool", "ClientShards", "ParameterServer", "RemoteClientPool", "RemoteParameterServer", "derived_seed"]

@@ -19,8 +19,9 @@ import torch
 from platform.data import load_dataset, partition_clients
 from platform.data.public import split_public
 from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted
-from platform.runtime.actors import RemoteClientPool, RemoteParameterServer
-from platform.runtime.placement import Placement, SLIVER_CPU, client_bundle, pool_size, torch_threads
+from platform.runtime.actors import ClientShards, ParameterServer, RemoteClientPool, RemoteParameterServer
+from platform.runtime.placement import (Placement, SLIVER_CPU, client_bundle, pool_size, server_threads,
+                                        torch_threads)
 from platform.runtime.seeding import sample_clients
 
 
@@ -58,8 +59,45 @@ def share_dataset(config) -> SharedData:
                       train.input_shape, train.num_classes, train.groups, train.coarse_y, config.public, public_ref)
 
 
+class InProcess:
+    """An object in this process that callers drive like an actor: ``handle.method.remote(*args)`` resolves
+    ObjectRef arguments, runs the method at once with ``num_threads`` torch threads (as the actor would have)
+    and returns an ObjectRef to the result."""
+
+    def __init__(self, cls, *args, num_threads: int = 1):
+        self._threads = num_threads
+        self._obj = self._call(cls, args)
+
+    def _call(self, fn, args):
+        args = [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args]
+        before = torch.get_num_threads()
+        torch.set_num_threads(self._threads)
+        try:
+            return fn(*args)
+        finally:
+            torch.set_num_threads(before)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        method = getattr(self._obj, name)
+        call = self._call
+
+        class _Method:
+            @staticmethod
+            def remote(*args):
+                return ray.put(call(method, args))
+
+        return _Method
+
+
 class Federation:
-    """A parameter server and a pool of client actors for one experiment config (one seed)."""
+    """A parameter server and a pool of client actors for one experiment config (one seed).
+
+    In ``mode: one_round`` the parameter server is no actor but an :class:`InProcess` object in the calling
+    (trial) process: it aggregates once, from client updates this process already holds (the stage cache
+    returns them here), so an actor would only add a process start and a copy of every update.
+    """
 
     def __init__(self, config, placement: Placement, data: Optional[SharedData] = None, wait: bool = True,
                  lazy_clients: bool = False):
@@ -71,20 +109,33 @@ class Federation:
             data = share_dataset(config)
         self.data = data
         clients = config.clients
-        self.shards = partition_clients(data.train_labels, config.partition, clients.num_clients,
-                                        config.stream_seed("partition"), data.train_groups, data.train_coarse_labels)
+        # Every client's indices in two arrays, in the object store once for all client actors (see ClientShards).
+        self.shards = ClientShards.from_parts(partition_clients(
+            data.train_labels, config.partition, clients.num_clients, config.stream_seed("partition"),
+            data.train_groups, data.train_coarse_labels))
+        self._shards_ref = None
         self.sampling_probabilities = (
             None if config.partition.sampling_alpha is None else
             client_sampling_probabilities(clients.num_clients, config.partition.sampling_alpha,
                                           config.stream_seed("sampling")))
         self.num_actors = min(pool_size(config.resources), clients.num_clients)
-        self.owner = np.arange(clients.num_clients) % self.num_actors
+        self.owner = np.arange(clients.num_clients) % self.num_actors  # each client's home actor
+        # A round's clients go to the least-loaded actors (by samples; every actor reads all data and all indices,
+        # so any can train any client) until some client keeps persistent state: from then on each client trains
+        # on its home actor, which holds its state (see assign and _settle_client_state).
+        self.client_sizes = np.diff(self.shards.offsets)
+        self.balance = self.num_actors > 1
+        self._state_probes: list = []
+        self._round_parts: list[np.ndarray] = []
         from algorithms import ALGORITHMS
 
         self.algorithm_needs_test_inputs = ALGORITHMS[config.algorithm.name].clients_see_test_inputs
         # Every .remote() below returns at once: the actors are created concurrently.
-        self.server = RemoteParameterServer.options(**placement.server_options()).remote(
-            config, data.test_ref, data.input_shape, data.num_classes, 1, False, data.public_ref)
+        threads = server_threads(config.resources, placement.replicas)
+        server_args = (config, data.test_ref, data.input_shape, data.num_classes, threads, False, data.public_ref)
+        self.server_in_process = config.mode == "one_round"
+        self.server = (InProcess(ParameterServer, *server_args, num_threads=threads) if self.server_in_process else
+                       RemoteParameterServer.options(**placement.server_options()).remote(*server_args))
         self.pools: list = []
         if not lazy_clients:
             self._create_pools()
@@ -98,21 +149,59 @@ class Federation:
         config, data = self.config, self.data
         bundle = client_bundle(config.resources)
         threads = torch_threads(bundle, self.placement.replicas)
+        if self._shards_ref is None:
+            self._shards_ref = ray.put(self.shards)
         self.pools = [
             RemoteClientPool.options(**self.placement.client_options(a, bundle)).remote(
-                config, data.train_ref, {k: self.shards[k] for k in np.flatnonzero(self.owner == a)},
+                config, data.train_ref, self._shards_ref,
                 data.input_shape, data.num_classes, threads, config.resources.gpu > 0, data.public_ref,
-                data.test_ref if self.algorithm_needs_test_inputs else None)
+                data.test_ref if self.algorithm_needs_test_inputs else None, np.flatnonzero(self.owner == a))
             for a in range(self.num_actors)
         ]
 
+    def assign(self, sampled: np.ndarray) -> list[np.ndarray]:
+        """The sampled clients each actor trains this round (in sampled order within an actor).
+
+        Balanced: largest client first to the actor with the fewest samples so far (ties: lower client id,
+        lower actor), so the actors finish together; deterministic, and results do not depend on it (each
+        client trains from the same weights with its own (round, client) generators). Otherwise: home actors.
+        """
+        sampled = np.asarray(sampled, dtype=np.int64)
+        if not self.balance:
+            return [sampled[self.owner[sampled] == a] for a in range(self.num_actors)]
+        sizes = self.client_sizes[sampled]
+        load = np.zeros(self.num_actors, dtype=np.int64)
+        actor_of = np.empty(len(sampled), dtype=np.int64)
+        for i in np.lexsort((sampled, -sizes)):
+            a = int(np.argmin(load))
+            actor_of[i] = a
+            load[a] += sizes[i]
+        return [sampled[actor_of == a] for a in range(self.num_actors)]
+
     def client_updates(self, round_index: int, sampled: np.ndarray, reduce: bool = True) -> list[ray.ObjectRef]:
-        """Launch local training of the sampled clients on their actors; one reference per busy actor."""
+        """Launch local training of the sampled clients on the actors; one reference per busy actor (whose
+        clients are in ``self._round_parts``, in the same order)."""
         if not self.pools:
             self._create_pools()
         payload = self.server.broadcast.remote(sampled.tolist())  # one object, shared by all actors
-        return [pool.train.remote(payload, sampled[self.owner[sampled] == a].tolist(), round_index, reduce)
-                for a, pool in enumerate(self.pools) if np.any(self.owner[sampled] == a)]
+        busy = [(pool, part) for pool, part in zip(self.pools, self.assign(sampled)) if len(part)]
+        self._round_parts = [part for _, part in busy]
+        refs = [pool.train.remote(payload, part.tolist(), round_index, reduce) for pool, part in busy]
+        # Queued behind each actor's training: did any client keep persistent state? (read in finish_round)
+        self._state_probes = [pool.holds_client_state.remote() for pool, _ in busy] if self.balance else []
+        return refs
+
+    def _settle_client_state(self) -> None:
+        """Once some client keeps persistent state, move every state to its client's home actor and stop
+        balancing, so each client meets its state again in later rounds."""
+        probes, self._state_probes = self._state_probes, []
+        if not probes or not any(ray.get(probes)):
+            return
+        states: dict = {}
+        for part in ray.get([p.get_client_states.remote() for p in self.pools]):
+            states.update(part)
+        ray.get([p.set_client_states.remote(states) for p in self.pools])  # each keeps its home clients'
+        self.balance = False
 
     def run_one_round_cached(self, cache, stage) -> dict:
         """One-round analysis: client models trained once per upstream config (cached), then aggregated.
@@ -123,8 +212,10 @@ class Federation:
         self._started = time.perf_counter()
         sampled = self.sampled_clients(0)
 
-        def train_clients() -> list:
-            return [u for part in ray.get(self.client_updates(0, sampled, reduce=False)) for u in part]
+        def train_clients() -> list:  # one update per client, in sampled order whatever the actors
+            refs = self.client_updates(0, sampled, reduce=False)
+            by_client = {int(k): u for part, got in zip(self._round_parts, ray.get(refs)) for k, u in zip(part, got)}
+            return [by_client[int(k)] for k in sampled]
 
         updates, hit = cache.get_or_compute(stage, one_round_stage_fields(self.config), train_clients)
         metrics = ray.get(self.server.aggregate.remote(updates))
@@ -151,6 +242,7 @@ class Federation:
 
     def finish_round(self, metrics_ref: ray.ObjectRef) -> dict:
         metrics = ray.get(metrics_ref)
+        self._settle_client_state()
         self.round += 1
         metrics["seconds"] = time.perf_counter() - self._started
         metrics["sample_seconds"] = getattr(self, "_sample_seconds", 0.0)
@@ -169,6 +261,8 @@ class Federation:
 
     def restore(self, checkpoint: dict) -> None:
         self.round = int(checkpoint["round"])
+        if any(checkpoint["clients"].values()):  # clients with state train on their home actors
+            self.balance = False
         ray.get([self.server.set_state.remote(checkpoint["server"])]
                 + [p.set_client_states.remote(checkpoint["clients"]) for p in self.pools])
 
@@ -182,7 +276,7 @@ class Federation:
         return ray.get(self.server.global_weights.remote())
 
     def shutdown(self) -> None:
-        for actor in [self.server, *self.pools]:
+        for actor in ([] if self.server_in_process else [self.server]) + self.pools:
             ray.kill(actor)
 
 

@@ -74,8 +74,18 @@ class Placement:
 
 
 def torch_threads(bundle: dict, replicas: int = 1) -> int:
-    """Threads for an actor holding ``bundle`` (shared by ``replicas`` actors): its whole-CPU share, at least 1."""
-    return max(1, math.floor(bundle["CPU"] / replicas + 1e-9))
+    """Threads for an actor holding ``bundle`` (shared by ``replicas`` actors): its whole-CPU share, at least 1.
+
+    The two slivers of the trial's CPUs that the trial loop and the parameter server hold (at most
+    ``2 * SLIVER_CPU`` per bundle) do not cost a client actor a thread: a 1.98-CPU bundle runs 2 threads.
+    """
+    return max(1, math.floor(bundle["CPU"] / replicas + 2 * SLIVER_CPU + 1e-9))
+
+
+def server_threads(resources, replicas: int = 1) -> int:
+    """Threads for a parameter server: it aggregates and evaluates while its own client actors wait for the
+    next round, so it may use its experiment's whole-CPU share (``resources.cpu`` over the seeds sharing it)."""
+    return max(1, math.floor(resources.cpu / replicas + 1e-9))
 
 
 def current_placement(replicas: int = 1) -> Optional[Placement]:

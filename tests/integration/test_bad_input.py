@@ -6,7 +6,7 @@ import pytest
 from tests.conftest import run_cli
 
 CASES = {
-    "unknown search space": (["platform.sweep", "no_such_space"], "available: smoke"),
+    "unknown search space": (["platform.sweep", "no_such_space"], "unknown search space 'no_such_space'; available: "),
     "unknown algorithm": (["platform.sweep", "smoke", "--set", "algorithm.name=fedmagic"], "algorithm.name"),
     "unknown model": (["platform.sweep", "smoke", "--set", "model.name=vgg99"], "model.name"),
     "alpha <= 0": (["platform.sweep", "smoke", "--set", "partition.alpha=0"], "partition.alpha: must be > 0"),
@@ -28,4 +28,6 @@ def test_bad_input_fails_cleanly(case, tmp_path):
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ") and expected in lines[0], lines[0]
+    if case == "unknown search space":
+        assert "smoke" in lines[0] and "fedkp_bandwidth" in lines[0]  # lists what is available
     assert os.listdir(tmp_path) == [], f"{case} wrote {os.listdir(tmp_path)}"

@@ -46,8 +46,10 @@ def test_second_one_round_trial_trains_no_client(ray_local, tracking_uri, tmp_pa
     assert cache.count("one_round_clients", "computed") == seeds  # once per seed, not once per trial
     assert cache.count("one_round_clients", "hit") == seeds  # the second trial reused every seed's stage
     _, runs = mlflow_runs(tracking_uri, "fedkp_bandwidth")
-    cached = sorted(r.data.metrics["final_client_stage_cached"] for r in runs if "mlflow.parentRunId" in r.data.tags)
-    assert cached == [0.0, 1.0]
+    # per trial: the fraction of its seeds served from the cache; concurrent trials may split the work per
+    # seed, but together they computed each seed once and reused it once
+    cached = [r.data.metrics["final_client_stage_cached"] for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(cached) == 2 and sum(cached) == pytest.approx(1.0)
 
 
 def test_fedpa_sweep_rejects_asha_before_burn_in(tmp_path):

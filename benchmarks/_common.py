@@ -1,0 +1,167 @@
+"""Helpers the benchmarks share: a local Ray instance, memory sampling of Ray's processes, tables, medians."""
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import sys
+import threading
+import time
+from typing import Iterable, Optional, Sequence
+
+
+def machine_line() -> str:
+    import ray
+    import torch
+
+    return (f"{os.cpu_count()} CPU cores, torch {torch.__version__} ({torch.get_num_threads()} threads by "
+            f"default), Ray {ray.__version__}, Python {sys.version.split()[0]}, "
+            f"GPU: {'cuda ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
+
+
+@contextlib.contextmanager
+def local_ray(num_cpus: int = 2, object_store_mib: Optional[int] = None):
+    """A fresh local Ray instance (as the tests and ``platform.run`` start one), shut down afterwards."""
+    import ray
+
+    kwargs = {"object_store_memory": object_store_mib * 1024 ** 2} if object_store_mib else {}
+    ray.init(num_cpus=num_cpus, log_to_driver=False, include_dashboard=False, configure_logging=False, **kwargs)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence], formats: Optional[Sequence[str]] = None) -> str:
+    rows = [[(f"{v:{f}}" if f and isinstance(v, (int, float)) else str(v))
+             for v, f in zip(r, formats or [""] * len(r))] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+
+
+def ray_processes():
+    """This driver's Ray processes: its descendants (gcs_server, raylet, workers, dashboard agents...)."""
+    import psutil  # ray ships it in ray/thirdparty_files, on sys.path once ray is imported
+
+    try:
+        return psutil.Process(os.getpid()).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def ray_memory_mib(with_pss: bool = True) -> dict:
+    """Summed RSS (and PSS: shared pages, e.g. the object store, counted once) of this driver's Ray processes."""
+    import psutil
+
+    rss = pss = 0
+    count = 0
+    for p in ray_processes():
+        try:
+            if with_pss:
+                info = p.memory_full_info()
+                pss += getattr(info, "pss", 0)
+                rss += info.rss
+            else:
+                rss += p.memory_info().rss
+            count += 1
+        except psutil.Error:
+            continue
+    return {"rss_mib": rss / 2 ** 20, "pss_mib": pss / 2 ** 20, "processes": count}
+
+
+class MemorySampler:
+    """Samples :func:`ray_memory_mib` in a background thread; keeps the peaks."""
+
+    def __init__(self, interval: float = 0.5):
+        self.interval = interval
+        self.peak_rss = self.peak_pss = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def sample(self) -> dict:
+        m = ray_memory_mib()
+        self.peak_rss = max(self.peak_rss, m["rss_mib"])
+        self.peak_pss = max(self.peak_pss, m["pss_mib"])
+        return m
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
+class Stopwatch:
+    def __init__(self):
+        self.start = time.perf_counter()
+
+    def lap(self) -> float:
+        now = time.perf_counter()
+        seconds, self.start = now - self.start, now
+        return seconds
+
+
+class ForeignLoad:
+    """How busy the machine was with processes other than this benchmark (and its Ray processes).
+
+    Benchmarks on a shared machine are only comparable when nothing else runs: this measures, over the
+    ``with`` block, the machine's busy CPU-seconds minus this process tree's, as average cores in use.
+    """
+
+    def __enter__(self):
+        import psutil
+
+        self._psutil = psutil
+        self._t0, self._busy0, self._ours0 = time.perf_counter(), self._busy(), self._ours()
+        return self
+
+    def _busy(self) -> float:
+        t = self._psutil.cpu_times()
+        return t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0) + getattr(t, "steal", 0)
+
+    def _ours(self) -> float:
+        total = 0.0
+        procs = [self._psutil.Process(os.getpid())]
+        procs += procs[0].children(recursive=True)
+        for p in procs:
+            try:
+                c = p.cpu_times()
+                total += c.user + c.system + c.children_user + c.children_system
+            except self._psutil.Error:
+                continue
+        return total
+
+    def __exit__(self, *exc):
+        elapsed = max(time.perf_counter() - self._t0, 1e-9)
+        # processes that ended inside the block took their CPU time with them: clamp at zero
+        self.cores = max(0.0, (self._busy() - self._busy0) - (self._ours() - self._ours0)) / elapsed
+
+    def __str__(self) -> str:
+        return f"{self.cores:.2f}"
+
+
+def wait_for_quiet(max_foreign_cores: float = 0.25, timeout: float = 0.0, probe: float = 2.0) -> float:
+    """Wait (up to ``timeout`` s) until other processes use less than ``max_foreign_cores``; returns the last probe."""
+    import ray  # noqa: F401  (puts ray's bundled psutil on sys.path)
+
+    deadline = time.perf_counter() + timeout
+    while True:
+        with ForeignLoad() as load:
+            time.sleep(probe)
+        if load.cores < max_foreign_cores or time.perf_counter() >= deadline:
+            return load.cores
+        print(f"  (machine busy: {load.cores:.2f} cores used by other processes; waiting)", file=sys.stderr,
+              flush=True)

@@ -1,0 +1,262 @@
+"""Seconds per FedAvg round on the platform's client actors against the same work in one plain PyTorch loop.
+
+    python -m benchmarks.round_throughput [--workloads digits_cnn,digits32_resnet8,cifar_pfl] [--rounds 5]
+                                          [--raw-threads 2] [--cpus 2] [--json]
+
+For each workload the same FedAvg rounds (same sampled clients, data, model, epochs, batch size and seeds)
+run two ways, one after the other on the same cores:
+
+(a) ``raw``: one process, torch using ``--raw-threads`` threads (default: every core), training the sampled
+    clients one after another with :func:`algorithms.common.train_local` and the platform's per-(round, client)
+    generators (:mod:`platform.runtime.seeding`), then the N_k-weighted mean and the test-set evaluation the
+    platform's server also does. No Ray, no actors, no serialisation: the physical limit of this machine for
+    this work.
+(b) ``platform``: :func:`platform.runtime.trial.start_federations` and :func:`run_rounds` inside
+    ``ray.init(num_cpus=--cpus)``, experiment ``resources.cpu = --cpus`` (so its default client actors and threads).
+
+Each reports the median seconds per round over ``--rounds`` rounds after one warm-up round; ``ratio`` is
+platform / raw with the first ``--raw-threads`` (≤ 1.0: the platform is as fast as the plain loop).
+``Δ test_loss`` is the largest difference of the per-round test loss between (a) and (b), per raw run: ~1e-6
+shows the work is the same; a raw run with another thread count than the actors' may drift further (float
+sums in another order, compounded over steps); models with dropout draw from the global torch RNG, so there the
+runs differ by design and it is not shown. Start-up
+(actor creation) is not in the per-round figure; ``benchmarks.trial_startup`` measures it.
+
+Workloads:
+
+- ``digits_cnn``: embedded 8×8 digits, the 6k-parameter ``cnn``; overhead-dominated (a client trains in ms).
+- ``digits32_resnet8``: digits upscaled to 3×32×32, the 4.9M-parameter ``resnet8``; compute-dominated.
+- ``cifar_pfl``: pfl-research's cross-device CIFAR-10 setup: 1,000 clients × 50 images of 3×32×32 (synthetic
+  random values, built here and handed to the runtime as arrays via ``SharedData``), 50 clients per round,
+  batch 10, 1 local epoch, SGD lr 0.1, the 2-conv CNN (32, 64 channels, max-pool, dense 128: ``leaf_cnn``,
+  the Reddi et al. / pfl-research CNN). Test set: 1,000 synthetic images (evaluated every round).
+
+The machine is shared: ``other load`` is the average number of cores other processes used during each
+measurement; figures taken with other load well above 0 are not comparable.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from benchmarks._common import ForeignLoad, local_ray, machine_line, median, table, wait_for_quiet
+
+FEDAVG = {"name": "fedavg"}
+
+
+@dataclass
+class Workload:
+    title: str
+    config: dict
+    arrays: Optional[Callable[[], tuple]] = None  # () -> (train_x, train_y, test_x, test_y); None = the dataset
+    deterministic: bool = True  # False: the model uses dropout (global torch RNG), runs are not bit-comparable
+    notes: list = field(default_factory=list)
+
+
+def _cifar_like_arrays(clients: int = 1000, per_client: int = 50, test: int = 1000, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    n = clients * per_client
+    train_x = rng.standard_normal((n, 3, 32, 32), dtype=np.float32)
+    train_y = rng.integers(0, 10, n).astype(np.int64)
+    test_x = rng.standard_normal((test, 3, 32, 32), dtype=np.float32)
+    test_y = rng.integers(0, 10, test).astype(np.int64)
+    return train_x, train_y, test_x, test_y
+
+
+WORKLOADS = {
+    "digits_cnn": Workload(
+        "digits, cnn, 20 clients, 10/round, B=32, E=1",
+        {"dataset": {"name": "digits"}, "model": {"name": "cnn"}, "algorithm": FEDAVG,
+         "partition": {"kind": "dirichlet", "alpha": 0.5},
+         "clients": {"num_clients": 20, "clients_per_round": 10, "local_epochs": 1, "batch_size": 32, "lr": 0.05}}),
+    "digits32_resnet8": Workload(
+        "digits32, resnet8, 20 clients, 4/round, B=32, E=1",
+        {"dataset": {"name": "digits32"}, "model": {"name": "resnet8"}, "algorithm": FEDAVG,
+         "partition": {"kind": "iid"},
+         "clients": {"num_clients": 20, "clients_per_round": 4, "local_epochs": 1, "batch_size": 32, "lr": 0.05}}),
+    "cifar_pfl": Workload(
+        "pfl CIFAR-10 x-device: 1000x50 synthetic 3x32x32, leaf_cnn, 50/round, B=10, E=1, lr 0.1",
+        # dataset.name only labels the run: the arrays below replace its data (input shape 3x32x32 as digits32)
+        {"dataset": {"name": "digits32"}, "model": {"name": "leaf_cnn"}, "algorithm": FEDAVG,
+         "partition": {"kind": "iid"},
+         "clients": {"num_clients": 1000, "clients_per_round": 50, "local_epochs": 1, "batch_size": 10, "lr": 0.1}},
+        arrays=_cifar_like_arrays, deterministic=False),
+}
+
+
+def _config(workload: Workload, cpus: float, rounds: int):
+    from platform.config import build_experiment
+
+    return build_experiment({**workload.config, "rounds": rounds, "seed": 0, "resources": {"cpu": cpus}})
+
+
+def _arrays(workload: Workload, config):
+    """(train_x, train_y, test_x, test_y, groups, coarse, num_classes); NumPy arrays."""
+    if workload.arrays is not None:
+        train_x, train_y, test_x, test_y = workload.arrays()
+        return train_x, train_y, test_x, test_y, None, None, int(train_y.max()) + 1
+    from platform.data import load_dataset
+
+    train, test = load_dataset(config.dataset)
+    return train.x, train.y, test.x, test.y, train.groups, train.coarse_y, train.num_classes
+
+
+# --- (a) the plain PyTorch loop ----------------------------------------------------------------------------
+
+def raw_rounds(config, data, rounds: int, threads: int) -> list[dict]:
+    """FedAvg in one process: the platform's work (train the sampled clients, weighted mean, evaluate), no Ray."""
+    import torch
+
+    from algorithms.common import LocalTraining, evaluate, get_flat_weights, set_flat_weights, train_local
+    from platform.data import partition_clients
+    from platform.models import build_model
+    from platform.runtime.seeding import generator, sample_clients
+
+    torch.set_num_threads(threads)
+    train_x, train_y, test_x, test_y, groups, coarse, num_classes = data
+    c = config.clients
+    shards = partition_clients(train_y, config.partition, c.num_clients, config.stream_seed("partition"), groups,
+                               coarse)
+    x, y = torch.from_numpy(train_x), torch.from_numpy(train_y)
+    tx, ty = torch.from_numpy(test_x), torch.from_numpy(test_y)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.stream_seed("init"))
+        model = build_model(config.model.name, train_x.shape[1:], num_classes)
+    training = LocalTraining(c.local_epochs, c.batch_size, c.optimizer, c.lr, c.momentum, c.weight_decay)
+    training_seed, sampling_seed = config.stream_seed("training"), config.stream_seed("sampling")
+    weights = get_flat_weights(model)
+    out = []
+    for r in range(rounds):
+        start = time.perf_counter()
+        total, acc, loss_sum = 0.0, torch.zeros_like(weights), 0.0
+        for k in sample_clients(c.num_clients, c.clients_per_round, sampling_seed, r):
+            idx = torch.from_numpy(shards[k])
+            set_flat_weights(model, weights)
+            loss = train_local(model, x[idx], y[idx], training, generator(training_seed, r, k))
+            n_k = float(len(idx))
+            acc += n_k * (get_flat_weights(model) - weights)
+            total, loss_sum = total + n_k, loss_sum + n_k * loss
+        weights = weights + acc / total
+        set_flat_weights(model, weights)
+        metrics = evaluate(model, tx, ty)
+        metrics.update({"round": r + 1, "train_loss": loss_sum / total, "seconds": time.perf_counter() - start})
+        out.append(metrics)
+    return out
+
+
+# --- (b) the platform --------------------------------------------------------------------------------------
+
+def platform_rounds(config, data, rounds: int, cpus: int) -> tuple[list[dict], float]:
+    """The same rounds through start_federations/run_rounds; returns per-round metrics and start-up seconds."""
+    import ray
+
+    from platform.runtime.federation import SharedData
+    from platform.runtime.trial import run_rounds, start_federations, stop_federations
+
+    train_x, train_y, test_x, test_y, groups, coarse, num_classes = data
+    object_store = int((train_x.nbytes + test_x.nbytes) * 1.5 / 2 ** 20) + 512
+    with local_ray(cpus, object_store_mib=object_store):
+        shared = SharedData(config.dataset, ray.put((train_x, train_y)), ray.put((test_x, test_y)), train_y,
+                            tuple(train_x.shape[1:]), num_classes, groups, coarse, config.public, None)
+        started = time.perf_counter()
+        federations = start_federations(config, [config.seed], shared)
+        startup = time.perf_counter() - started
+        out = []
+        try:
+            gen = run_rounds(federations, rounds)
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                metrics = next(gen)
+                metrics["wall_seconds"] = time.perf_counter() - t0
+                out.append(metrics)
+        finally:
+            stop_federations(federations)
+    return out, startup
+
+
+def measure(name: str, rounds: int, raw_threads: list[int], cpus: int, quiet_wait: float) -> dict:
+    workload = WORKLOADS[name]
+    config = _config(workload, cpus, rounds + 1)
+    data = _arrays(workload, config)
+    result = {"workload": name, "title": workload.title, "rounds_timed": rounds, "cpus": cpus}
+    raws = {}
+    for threads in raw_threads:
+        wait_for_quiet(timeout=quiet_wait)
+        with ForeignLoad() as load:
+            raws[threads] = raw_rounds(config, data, rounds + 1, threads)
+        result[f"raw{threads}_s"] = median([m["seconds"] for m in raws[threads][1:]])
+        result[f"raw{threads}_other_load"] = load.cores
+    wait_for_quiet(timeout=quiet_wait)
+    with ForeignLoad() as load:
+        plat, startup = platform_rounds(config, data, rounds + 1, cpus)
+    result["platform_s"] = median([m["wall_seconds"] for m in plat[1:]])
+    result["platform_other_load"] = load.cores
+    result["platform_startup_s"] = startup
+    for phase in ("broadcast", "local_train", "aggregate", "evaluate"):
+        result[f"platform_{phase}_s"] = median([m.get(f"{phase}_seconds", 0.0) for m in plat[1:]])
+    reference = raws[raw_threads[0]]
+    result["raw_s"] = result[f"raw{raw_threads[0]}_s"]
+    result["ratio"] = result["platform_s"] / result["raw_s"]
+    for threads, raw in raws.items():  # the actors run 1 thread each: the 1-thread raw loop is bit-comparable
+        result[f"raw{threads}_dloss"] = (max(abs(a["test_loss"] - b["test_loss"]) for a, b in zip(raw, plat))
+                                         if workload.deterministic else None)
+    result["final_test_accuracy"] = {"raw": reference[-1]["test_accuracy"], "platform": plat[-1]["test_accuracy"]}
+    return result
+
+
+def render(results: list[dict], raw_threads: list[int]) -> str:
+    headers = ["workload", *[f"raw {t}T s/round" for t in raw_threads], "platform s/round", "ratio",
+               "Δ test_loss (" + "/".join(f"{t}T" for t in raw_threads) + ")", "other load (raw/plat)"]
+    rows = []
+    for r in results:
+        dloss = ("n/a (dropout)" if r[f"raw{raw_threads[0]}_dloss"] is None else
+                 "/".join(f"{r[f'raw{t}_dloss']:.0e}" for t in raw_threads))
+        loads = "/".join(f"{r[f'raw{t}_other_load']:.2f}" for t in raw_threads) + f"/{r['platform_other_load']:.2f}"
+        rows.append([r["workload"], *[f"{r[f'raw{t}_s']:.4f}" for t in raw_threads], f"{r['platform_s']:.4f}",
+                     f"{r['ratio']:.2f}", dloss, loads])
+    phases = table(["workload", "broadcast", "local_train (max actor)", "aggregate", "evaluate", "start-up s"],
+                   [[r["workload"], *[f"{r[f'platform_{p}_s']:.4f}" for p in
+                                      ("broadcast", "local_train", "aggregate", "evaluate")],
+                     f"{r['platform_startup_s']:.2f}"] for r in results])
+    return (table(headers, rows) + "\n\nplatform phases, median s/round (server-side timers):\n" + phases
+            + "\n\n" + "\n".join(f"{r['workload']}: {r['title']}" for r in results))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.round_throughput",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated: {', '.join(WORKLOADS)}")
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds after one warm-up round (default 5)")
+    parser.add_argument("--raw-threads", default=str(os.cpu_count()),
+                        help="torch threads of the raw loop; several, comma-separated, give one column each "
+                             "(the ratio uses the first; default: every core)")
+    parser.add_argument("--cpus", type=int, default=os.cpu_count(), help="Ray CPUs and resources.cpu (default: all)")
+    parser.add_argument("--quiet-wait", type=float, default=60.0,
+                        help="seconds to wait for other processes to go quiet before each measurement (default 60)")
+    parser.add_argument("--json", action="store_true", help="also print one JSON line per workload")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.workloads.split(",") if n.strip()]
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown workload(s) {', '.join(unknown)}; allowed: {', '.join(WORKLOADS)}")
+    raw_threads = [int(t) for t in args.raw_threads.split(",")]
+    print(machine_line(), flush=True)
+    results = []
+    for name in names:
+        print(f"... {name}", file=sys.stderr, flush=True)
+        results.append(measure(name, args.rounds, raw_threads, args.cpus, args.quiet_wait))
+        if args.json:
+            print(json.dumps(results[-1]), flush=True)
+    print(render(results, raw_threads))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
