@@ -118,36 +118,59 @@ class ForeignLoad:
     """How busy the machine was with processes other than this benchmark (and its Ray processes).
 
     Benchmarks on a shared machine are only comparable when nothing else runs: this measures, over the
-    ``with`` block, the machine's busy CPU-seconds minus this process tree's, as average cores in use.
+    ``with`` block, the machine's busy CPU-seconds minus this process tree's, as average cores in use. The
+    tree's CPU times are sampled in the background (every ``interval`` s), so processes that end inside the
+    block (Ray's, at shutdown) still count as ours, up to their last sample.
     """
+
+    def __init__(self, interval: float = 0.25):
+        self.interval = interval
+        self.cores = 0.0
 
     def __enter__(self):
         import psutil
 
         self._psutil = psutil
-        self._t0, self._busy0, self._ours0 = time.perf_counter(), self._busy(), self._ours()
+        self._first: dict = {}  # pid -> CPU seconds when first seen (0 for processes born inside the block)
+        self._last: dict = {}
+        self._sample(initial=True)
+        self._t0, self._busy0 = time.perf_counter(), self._busy()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
         return self
 
     def _busy(self) -> float:
         t = self._psutil.cpu_times()
         return t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0) + getattr(t, "steal", 0)
 
-    def _ours(self) -> float:
-        total = 0.0
-        procs = [self._psutil.Process(os.getpid())]
-        procs += procs[0].children(recursive=True)
+    def _sample(self, initial: bool = False) -> None:
+        me = self._psutil.Process(os.getpid())
+        try:
+            procs = [me] + me.children(recursive=True)
+        except self._psutil.Error:
+            procs = [me]
         for p in procs:
             try:
                 c = p.cpu_times()
-                total += c.user + c.system + c.children_user + c.children_system
+                key = (p.pid, p.create_time())
             except self._psutil.Error:
                 continue
-        return total
+            used = c.user + c.system
+            self._first.setdefault(key, used if initial else 0.0)
+            self._last[key] = used
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
 
     def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._sample()
         elapsed = max(time.perf_counter() - self._t0, 1e-9)
-        # processes that ended inside the block took their CPU time with them: clamp at zero
-        self.cores = max(0.0, (self._busy() - self._busy0) - (self._ours() - self._ours0)) / elapsed
+        ours = sum(self._last[k] - self._first[k] for k in self._last)
+        self.cores = max(0.0, (self._busy() - self._busy0) - ours) / elapsed
 
     def __str__(self) -> str:
         return f"{self.cores:.2f}"
@@ -158,10 +181,13 @@ def wait_for_quiet(max_foreign_cores: float = 0.25, timeout: float = 0.0, probe:
     import ray  # noqa: F401  (puts ray's bundled psutil on sys.path)
 
     deadline = time.perf_counter() + timeout
+    said = 0.0
     while True:
         with ForeignLoad() as load:
             time.sleep(probe)
         if load.cores < max_foreign_cores or time.perf_counter() >= deadline:
             return load.cores
-        print(f"  (machine busy: {load.cores:.2f} cores used by other processes; waiting)", file=sys.stderr,
-              flush=True)
+        if time.perf_counter() - said > 60:
+            said = time.perf_counter()
+            print(f"  (machine busy: {load.cores:.2f} cores used by other processes; waiting up to "
+                  f"{deadline - said:.0f} s more)", file=sys.stderr, flush=True)

@@ -2,11 +2,13 @@
 
     python -m benchmarks.trial_startup [--cases fedkp_one_round,smoke_rounds] [--trials 8] [--cpus 2]
 
-Each case runs real Tune trials of a search space, with the platform's own trainable
-(:func:`platform.runtime.trial.sweep_trial`, the one ``platform.sweep`` runs, without MLflow) wrapped so that
-it stamps wall-clock times inside the trial process:
+Each case runs real Tune trials of a search space as ``platform.sweep`` does (its trainable
+:func:`platform.runtime.trial.sweep_trial`, its placement groups, searcher and MLflow callback, a temporary
+SQLite store; ``--no-mlflow`` leaves the callback out), the trainable wrapped so that it stamps wall-clock
+times inside the trial process:
 
-- ``trial start``: Tune's ``on_trial_start`` callback in the driver (the trial's actor is up);
+- ``trial start``: Tune's ``on_trial_start`` callback in the driver (the trial's actor is up), before the
+  MLflow callback's (which opens the child run and logs its params and partition summary);
 - ``enter``: the trainable function begins (after Tune handed it its parameters);
 - ``federations``: :func:`start_federations` runs (parameter servers and, unless lazy, client actors created
   and ready);
@@ -78,8 +80,10 @@ def timed_sweep_trial(trial_config: dict, **kwargs) -> None:
          tune_module.report) = originals
 
 
-def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str) -> tuple[dict, list]:
-    """Run ``num_samples`` trials of ``space`` as ``platform.sweep`` does (no MLflow); (driver marks, results)."""
+def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str,
+              tracking_uri: str | None) -> tuple[dict, list]:
+    """Run ``num_samples`` trials of ``space`` as ``platform.sweep`` does, with its MLflow callback unless
+    ``tracking_uri`` is None; returns (driver marks, per-trial first results)."""
     from ray import tune
 
     from platform.runtime.federation import share_dataset
@@ -98,6 +102,14 @@ def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str)
             driver_marks.setdefault(trial.trial_id, {})["trial_complete"] = time.time()
 
     shared = share_dataset(base_config)
+    callbacks = [Marks()]  # first: its on_trial_start mark precedes the MLflow callback's work
+    if tracking_uri is not None:
+        from platform.tracking import MlflowSweepCallback, Tracker
+
+        tracker = Tracker(tracking_uri, space.name)
+        parent = tracker.start_run(name=name, tags={"fedsweep.search_space": space.name})
+        callbacks.append(MlflowSweepCallback(tracker, parent, space, base_config.rounds, num_samples, quiet=True,
+                                             shared=shared))
     trainable = tune.with_resources(
         tune.with_parameters(timed_sweep_trial, base=space.base, seeds=space.seeds, shared=shared,
                              checkpoint_every=0, cache_root=cache_root, use_cache=True),
@@ -109,7 +121,7 @@ def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str)
         tune_config=tune.TuneConfig(search_alg=_make_searcher(space), scheduler=_make_scheduler(space, base_config.rounds),
                                     num_samples=num_samples, metric=search.metric, mode=search.mode,
                                     max_concurrent_trials=search.max_concurrent_trials),
-        run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=[Marks()], verbose=0,
+        run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=callbacks, verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=0)))
     grid = tuner.fit()
     results = []
@@ -122,7 +134,7 @@ def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str)
     return driver_marks, results
 
 
-def measure(case: str, trials: int, cpus: int, quiet_wait: float) -> dict:
+def measure(case: str, trials: int, cpus: int, quiet_wait: float, mlflow: bool = True) -> dict:
     from platform.config import parse_override  # noqa: F401
     from platform.search_space import load_search_space
 
@@ -131,12 +143,13 @@ def measure(case: str, trials: int, cpus: int, quiet_wait: float) -> dict:
         os.environ["FEDSWEEP_HOME"] = tmp
         cache_root = os.path.join(tmp, "cache")
         storage = os.path.join(tmp, "ray_results")
+        uri = f"sqlite:///{tmp}/mlflow.db" if mlflow else None
         if spec["warm_cache"]:  # fill the stage cache with one trial (same upstream config for every trial)
-            _tune_run(load_search_space(spec["space"], spec["overrides"], 1), 1, cache_root, storage, "warm")
+            _tune_run(load_search_space(spec["space"], spec["overrides"], 1), 1, cache_root, storage, "warm", uri)
         space = load_search_space(spec["space"], spec["overrides"], trials)
         wait_for_quiet(timeout=quiet_wait)
         with ForeignLoad() as load:
-            driver_marks, results = _tune_run(space, trials, cache_root, storage, "timed")
+            driver_marks, results = _tune_run(space, trials, cache_root, storage, "timed", uri)
     rows = []
     for r in results:
         d = driver_marks.get(r["trial_id"], {})
@@ -179,6 +192,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cpus", type=int, default=os.cpu_count(), help="Ray CPUs (default: all)")
     parser.add_argument("--quiet-wait", type=float, default=60.0,
                         help="seconds to wait for other processes to go quiet before timing (default 60)")
+    parser.add_argument("--no-mlflow", action="store_true",
+                        help="leave out platform.sweep's MLflow callback (it logs each trial's params and partition "
+                             "summary in the driver when the trial starts)")
     parser.add_argument("--json", action="store_true", help="also print one JSON line per case")
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -192,7 +208,7 @@ def main(argv=None) -> int:
     results = []
     for case in cases:
         print(f"... {case}", file=sys.stderr, flush=True)
-        results.append(measure(case, args.trials, args.cpus, args.quiet_wait))
+        results.append(measure(case, args.trials, args.cpus, args.quiet_wait, not args.no_mlflow))
         if args.json:
             print(json.dumps(results[-1]), flush=True)
     print(render(results))
