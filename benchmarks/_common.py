@@ -54,11 +54,15 @@ def ray_processes():
         return []
 
 
+ACTOR_TITLES = ("ray::ClientPool", "ray::ParameterServer")  # the process titles Ray gives our actors
+
+
 def ray_memory_mib(with_pss: bool = True) -> dict:
-    """Summed RSS (and PSS: shared pages, e.g. the object store, counted once) of this driver's Ray processes."""
+    """Summed RSS and PSS (shared pages, e.g. the object store, counted once) of this driver's Ray processes,
+    and the USS (private pages only: no object-store data, no shared libraries) of the platform's actors."""
     import psutil
 
-    rss = pss = 0
+    rss = pss = actors_uss = 0
     count = 0
     for p in ray_processes():
         try:
@@ -66,12 +70,15 @@ def ray_memory_mib(with_pss: bool = True) -> dict:
                 info = p.memory_full_info()
                 pss += getattr(info, "pss", 0)
                 rss += info.rss
+                if any(p.cmdline()[0].startswith(t) for t in ACTOR_TITLES):
+                    actors_uss += getattr(info, "uss", 0)
             else:
                 rss += p.memory_info().rss
             count += 1
-        except psutil.Error:
+        except (psutil.Error, IndexError):
             continue
-    return {"rss_mib": rss / 2 ** 20, "pss_mib": pss / 2 ** 20, "processes": count}
+    return {"rss_mib": rss / 2 ** 20, "pss_mib": pss / 2 ** 20, "actors_uss_mib": actors_uss / 2 ** 20,
+            "processes": count}
 
 
 class MemorySampler:
@@ -79,7 +86,7 @@ class MemorySampler:
 
     def __init__(self, interval: float = 0.5):
         self.interval = interval
-        self.peak_rss = self.peak_pss = 0.0
+        self.peak_rss = self.peak_pss = self.peak_actors_uss = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -92,6 +99,7 @@ class MemorySampler:
         m = ray_memory_mib()
         self.peak_rss = max(self.peak_rss, m["rss_mib"])
         self.peak_pss = max(self.peak_pss, m["pss_mib"])
+        self.peak_actors_uss = max(self.peak_actors_uss, m["actors_uss_mib"])
         return m
 
     def __enter__(self):

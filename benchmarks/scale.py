@@ -12,15 +12,20 @@ minutes at 100k clients; ``load s`` shows the product loader's own time where ``
 At the smallest size the benchmark checks that its arrays equal ``load_dataset``'s. The arrays go to the
 runtime as ``SharedData``, exactly what ``share_dataset`` would build.
 
+The server evaluates on a fixed, seeded subsample of ``--test-samples`` test samples (default 5,000) at
+every size: the full test set grows with the clients (5 samples each, 500,000 at 100k clients), and its
+evaluation would measure the test set, not the platform (``--test-samples 0`` keeps it whole).
+
 Columns: ``s/round`` median wall seconds of ``--rounds`` rounds after a warm-up; ``train``/``eval`` the median
-slowest actor's local-training time and the server's test evaluation (the test set grows with the clients:
-5 samples each); ``start s`` :func:`start_federations`; ``peak RSS``/``peak PSS``: the sum over every Ray
-process (gcs_server, raylet, workers, agents) sampled every 0.25 s during start-up and rounds (PSS counts
-shared pages, e.g. the object store, once; RSS counts them in every process that maps them); ``Ray Δ``:
-peak PSS minus the same Ray instance's PSS before the federation (its idle cost); ``data``: the arrays'
-bytes; ``B/idle client``: (Ray Δ − data) / clients, and ``marginal``: the same between consecutive sizes,
-the memory an extra idle client costs. ``driver Δ`` is this process's RSS growth (the trial loop; in a sweep
-it runs in a Ray worker).
+slowest actor's local-training time and the server's test evaluation; ``start s`` :func:`start_federations`;
+``peak RSS``/``peak PSS``: the sum over every Ray process (gcs_server, raylet, workers, agents) sampled every
+0.25 s during start-up and rounds (PSS counts shared pages, e.g. the object store, once; RSS counts them in
+every process that maps them); ``actors USS``: the private memory (no object-store data, no shared libraries)
+of the parameter server and client actors together, where per-client Python objects or models would show;
+``B/idle client``: the growth of actors USS plus driver Δ from the previous size, per extra client (the
+memory an extra idle client costs outside the data); ``data``: the arrays' bytes (in the object store once);
+``driver Δ`` is this process's RSS growth (the trial loop: it holds every client's sample indices, 8 bytes a
+sample, plus 16 bytes a client; in a sweep it runs in a Ray worker).
 """
 from __future__ import annotations
 
@@ -99,6 +104,12 @@ def measure(num_clients: int, args, check_loader: bool) -> dict:
             assert np.array_equal(a.x, b.x) and np.array_equal(a.y, b.y) and np.array_equal(a.groups, b.groups), \
                 "benchmark arrays differ from load_dataset's"
         del ref_train, ref_test
+    if args.test_samples and len(test.y) > args.test_samples:
+        from platform.data import ArrayDataset
+
+        keep = np.sort(np.random.default_rng(0).choice(len(test.y), args.test_samples, replace=False))
+        test = ArrayDataset(np.ascontiguousarray(test.x[keep]), test.y[keep], test.num_classes, groups=test.groups[keep])
+    out["test_samples"] = len(test.y)
     object_store = int(out["data_mib"] * 2) + 512
     wait_for_quiet(timeout=args.quiet_wait)
     with ForeignLoad() as load, local_ray(args.cpus, object_store_mib=object_store):
@@ -128,31 +139,31 @@ def measure(num_clients: int, args, check_loader: bool) -> dict:
         "train_s": median([m["local_train_seconds"] for m in timed]),
         "eval_s": median([m["evaluate_seconds"] for m in timed]),
         "aggregate_s": median([m["aggregate_seconds"] for m in timed]),
-        "peak_rss_mib": sampler.peak_rss, "peak_pss_mib": sampler.peak_pss, "idle_pss_mib": idle["pss_mib"],
+        "peak_rss_mib": sampler.peak_rss, "peak_pss_mib": sampler.peak_pss,
+        "peak_actors_uss_mib": sampler.peak_actors_uss, "idle_pss_mib": idle["pss_mib"],
         "ray_delta_mib": sampler.peak_pss - idle["pss_mib"], "other_load": load.cores,
         "test_accuracy": timed[-1]["test_accuracy"],
     })
-    out["bytes_per_idle_client"] = (out["ray_delta_mib"] - out["data_mib"]) * 2**20 / num_clients
     return out
 
 
 def render(results: list[dict]) -> str:
     rows, prev = [], None
     for r in results:
-        marginal = ""
+        marginal = "-"
         if prev is not None:
-            extra = (r["ray_delta_mib"] - r["data_mib"]) - (prev["ray_delta_mib"] - prev["data_mib"])
+            extra = ((r["peak_actors_uss_mib"] + r["driver_delta_mib"])
+                     - (prev["peak_actors_uss_mib"] + prev["driver_delta_mib"]))
             marginal = f"{extra * 2**20 / (r['clients'] - prev['clients']):.0f}"
         rows.append([f"{r['clients']:,}", f"{r['round_s']:.3f}", f"{r['train_s']:.3f}", f"{r['eval_s']:.3f}",
                      f"{r['start_s']:.2f}", f"{r['generate_s']:.1f}",
                      f"{r['load_s']:.1f}" if "load_s" in r else "-",
-                     f"{r['peak_rss_mib']:.0f}", f"{r['peak_pss_mib']:.0f}", f"{r['ray_delta_mib']:.0f}",
-                     f"{r['data_mib']:.0f}", f"{r['bytes_per_idle_client']:.0f}", marginal,
-                     f"{r['driver_delta_mib']:.0f}", f"{r['other_load']:.2f}"])
+                     f"{r['peak_rss_mib']:.0f}", f"{r['peak_pss_mib']:.0f}", f"{r['peak_actors_uss_mib']:.0f}",
+                     f"{r['data_mib']:.0f}", f"{r['driver_delta_mib']:.0f}", marginal, f"{r['other_load']:.2f}"])
         prev = r
     return table(["clients", "s/round", "train", "eval", "start s", "gen s", "load s", "peak RSS MiB",
-                  "peak PSS MiB", "Ray Δ MiB", "data MiB", "B/idle client", "marginal B/client", "driver Δ MiB",
-                  "other load"], rows)
+                  "peak PSS MiB", "actors USS MiB", "data MiB", "driver Δ MiB", "B/idle client", "other load"],
+                 rows)
 
 
 def main(argv=None) -> int:
@@ -160,6 +171,8 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", default="1000,10000,100000", help="total clients, comma-separated")
     parser.add_argument("--per-round", type=int, default=100, help="clients per round (default 100)")
     parser.add_argument("--samples", type=int, default=25, help="synthetic_samples per client (default 25)")
+    parser.add_argument("--test-samples", type=int, default=5000,
+                        help="evaluate on this many test samples at every size (default 5000; 0: all)")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds after a warm-up (default 5)")
     parser.add_argument("--cpus", type=int, default=os.cpu_count(), help="Ray CPUs and resources.cpu (default: all)")
     parser.add_argument("--time-loader", action="store_true",

@@ -120,7 +120,8 @@ def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str,
         trainable, param_space=param_space,
         tune_config=tune.TuneConfig(search_alg=_make_searcher(space), scheduler=_make_scheduler(space, base_config.rounds),
                                     num_samples=num_samples, metric=search.metric, mode=search.mode,
-                                    max_concurrent_trials=search.max_concurrent_trials),
+                                    max_concurrent_trials=search.max_concurrent_trials,
+                                    reuse_actors=True),
         run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=callbacks, verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=0)))
     grid = tuner.fit()

@@ -198,7 +198,8 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
                 tune_config=tune.TuneConfig(
                     search_alg=_make_searcher(space), scheduler=_make_scheduler(space, base_config.rounds),
                     num_samples=search.num_samples, metric=search.metric, mode=search.mode,
-                    max_concurrent_trials=search.max_concurrent_trials),
+                    max_concurrent_trials=search.max_concurrent_trials,
+                    reuse_actors=True),  # a finished trial's process and actors serve the next (WarmActors)
                 run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=[callback], verbose=0,
                                           failure_config=tune.FailureConfig(max_failures=0),
                                           checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))

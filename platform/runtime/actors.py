@@ -20,6 +20,7 @@ from platform.models import assign_architectures, build_model
 from platform.runtime.seeding import derived_seed, generator
 
 SERVER_STREAM_KEY = 2**32 - 1  # distinguishes the server's noise stream from every (round, client) stream
+GLOBAL_RNG_KEY = 2**32 - 2  # distinguishes a client's global-RNG seed (dropout) from its training generator's
 
 
 def _pick_device(wants_gpu: bool) -> torch.device:
@@ -41,12 +42,33 @@ def _model_for(config, input_shape, num_classes, device, name: Optional[str] = N
     return model.to(device)
 
 
-class ParameterServer:
+class Reusable:
+    """An actor that a later trial can take over: :meth:`reset` makes it a fresh instance for new arguments.
+
+    Why: a new actor process pays for interpreter start and ``import torch`` (~2 s of CPU here), far more
+    than building a model; a reused Tune trial keeps its actors (see :class:`platform.runtime.federation.WarmActors`)
+    and resets them instead.
+    """
+
+    def reset(self, *args) -> bool:
+        self.__dict__.clear()
+        self.__init__(*args)
+        return True
+
+
+def _seed_global_rng(*keys: int) -> None:
+    """Seed torch's global generator (dropout draws from it) from ``keys``, so results do not depend on what
+    this process ran before: another trial (a reused actor) or other clients (balanced assignment)."""
+    torch.manual_seed(derived_seed(*keys))
+
+
+class ParameterServer(Reusable):
     """Holds the global model, the round, the server optimiser state and the algorithm's server state."""
 
     def __init__(self, config, test_data: tuple[np.ndarray, np.ndarray], input_shape, num_classes: int,
                  num_threads: int = 1, wants_gpu: bool = False, public_x: Optional[np.ndarray] = None):
         torch.set_num_threads(num_threads)
+        _seed_global_rng(config.stream_seed("noise"), SERVER_STREAM_KEY)
         self.config = config
         self.device = _pick_device(wants_gpu)
         self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm.params)
@@ -157,7 +179,7 @@ class ClientShards:
         return np.arange(len(self), dtype=np.int64) if self.clients is None else self.clients
 
 
-class ClientPool:
+class ClientPool(Reusable):
     """Hosts a fixed shard of virtual clients; trains the sampled ones in turn with one model instance.
 
     ``shards``: a mapping client → sample indices (the clients it hosts), or a :class:`ClientShards` of every
@@ -213,6 +235,7 @@ class ClientPool:
                 training=self.training, generator=generator(self.training_seed, round_index, k),
                 noise_generator=generator(self.noise_seed, round_index, k),
                 state=state, device=self.device, public_x=self.public_x, test_x=self.test_x)
+            _seed_global_rng(self.training_seed, round_index, k, GLOBAL_RNG_KEY)
             start = time.perf_counter()
             update = self.algorithm.client_update(payload, client)
             update.seconds = time.perf_counter() - start
@@ -249,4 +272,4 @@ class ClientPool:
 
 RemoteParameterServer = ray.remote(ParameterServer)
 RemoteClientPool = ray.remote(ClientPool)
-__all__ = ["ClientPool", "ClientShards", "ParameterServer", "RemoteClientPool", "RemoteParameterServer", "derived_seed"]
+__all__ = ["ClientPool", "ClientShards", "GLOBAL_RNG_KEY", "ParameterServer", "Reusable", "RemoteClientPool", "RemoteParameterServer", "derived_seed"]

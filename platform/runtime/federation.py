@@ -91,6 +91,52 @@ class InProcess:
         return _Method
 
 
+class WarmActors:
+    """Actors kept alive between the trials that one (reused) Tune trial process runs.
+
+    Tune with ``reuse_actors`` hands a finished trial's process, and its placement group, to the next trial
+    with the same resources. Its parameter servers and client actors then stay too: the next trial resets
+    them (:meth:`platform.runtime.actors.Reusable.reset`) instead of paying a process start and ``import
+    torch`` per actor. Actors are keyed by their placement-group bundle and resource request, so a reused
+    actor always fits the bundle it came from. When Tune ends the trial process it removes the placement
+    group, which kills every actor in it.
+    """
+
+    def __init__(self):
+        self._idle: dict[tuple, list] = {}
+
+    def take(self, key: tuple):
+        """An idle actor for ``key``, or None. Idle actors in the same bundle under another key are killed, so
+        a new actor for ``key`` fits the bundle."""
+        stack = self._idle.get(key)
+        if stack:
+            return stack.pop()
+        for other in [k for k in self._idle if k[:2] == key[:2] and k != key]:
+            for actor in self._idle.pop(other):
+                ray.kill(actor)
+        return None
+
+    def give(self, key: tuple, actor) -> None:
+        self._idle.setdefault(key, []).append(actor)
+
+    def clear(self) -> None:
+        """Kill every idle actor (after a failure, nothing is known about them)."""
+        for actors in self._idle.values():
+            for actor in actors:
+                ray.kill(actor)
+        self._idle.clear()
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._idle.values())
+
+
+def _actor_key(kind: str, options: dict) -> tuple:
+    """(placement group, bundle, kind, resources): what a reused actor must match to fit where it runs."""
+    strategy = options["scheduling_strategy"]
+    return (strategy.placement_group.id.hex(), strategy.placement_group_bundle_index, kind,
+            options["num_cpus"], options.get("num_gpus", 0))
+
+
 class Federation:
     """A parameter server and a pool of client actors for one experiment config (one seed).
 
@@ -100,10 +146,13 @@ class Federation:
     """
 
     def __init__(self, config, placement: Placement, data: Optional[SharedData] = None, wait: bool = True,
-                 lazy_clients: bool = False):
+                 lazy_clients: bool = False, warm: Optional[WarmActors] = None):
         """``lazy_clients``: create the client actors only when a round needs them (a cached one-round
-        analysis may never need them)."""
+        analysis may never need them). ``warm``: take idle actors from there (reset for this config) before
+        creating new ones, and give them back at :meth:`shutdown`."""
         self.config = config
+        self.warm = warm
+        self._keys: dict = {}  # actor id -> its WarmActors key
         self.placement = placement
         if data is None or not data.serves(config):
             data = share_dataset(config)
@@ -134,12 +183,14 @@ class Federation:
         threads = server_threads(config.resources, placement.replicas)
         server_args = (config, data.test_ref, data.input_shape, data.num_classes, threads, False, data.public_ref)
         self.server_in_process = config.mode == "one_round"
-        self.server = (InProcess(ParameterServer, *server_args, num_threads=threads) if self.server_in_process else
-                       RemoteParameterServer.options(**placement.server_options()).remote(*server_args))
+        self.ready_refs: list = []
+        if self.server_in_process:
+            self.server = InProcess(ParameterServer, *server_args, num_threads=threads)
+        else:
+            self.server = self._actor("server", RemoteParameterServer, placement.server_options(), server_args)
         self.pools: list = []
         if not lazy_clients:
             self._create_pools()
-        self.ready_refs = [self.server.ready.remote()] + [p.ready.remote() for p in self.pools]
         if wait:
             ray.get(self.ready_refs)
         self.round = 0
@@ -152,12 +203,25 @@ class Federation:
         if self._shards_ref is None:
             self._shards_ref = ray.put(self.shards)
         self.pools = [
-            RemoteClientPool.options(**self.placement.client_options(a, bundle)).remote(
+            self._actor("clients", RemoteClientPool, self.placement.client_options(a, bundle), (
                 config, data.train_ref, self._shards_ref,
                 data.input_shape, data.num_classes, threads, config.resources.gpu > 0, data.public_ref,
-                data.test_ref if self.algorithm_needs_test_inputs else None, np.flatnonzero(self.owner == a))
+                data.test_ref if self.algorithm_needs_test_inputs else None, np.flatnonzero(self.owner == a)))
             for a in range(self.num_actors)
         ]
+
+    def _actor(self, kind: str, remote_class, options: dict, args: tuple):
+        """A reset warm actor, or a new one; its readiness reference goes to ``self.ready_refs``. Every call
+        returns at once, so all actors start concurrently."""
+        key = _actor_key(kind, options)
+        actor = self.warm.take(key) if self.warm is not None else None
+        if actor is None:
+            actor = remote_class.options(**options).remote(*args)
+            self.ready_refs.append(actor.ready.remote())
+        else:
+            self.ready_refs.append(actor.reset.remote(*args))
+        self._keys[actor._actor_id] = key
+        return actor
 
     def assign(self, sampled: np.ndarray) -> list[np.ndarray]:
         """The sampled clients each actor trains this round (in sampled order within an actor).
@@ -275,9 +339,15 @@ class Federation:
     def global_weights(self) -> torch.Tensor:
         return ray.get(self.server.global_weights.remote())
 
-    def shutdown(self) -> None:
+    def shutdown(self, keep_warm: bool = False) -> None:
+        """Kill the actors, or, with ``keep_warm`` and a :class:`WarmActors`, leave them idle there for the next
+        trial (only after a clean end: an actor that failed mid-call must not be reused)."""
         for actor in ([] if self.server_in_process else [self.server]) + self.pools:
-            ray.kill(actor)
+            if keep_warm and self.warm is not None:
+                self.warm.give(self._keys[actor._actor_id], actor)
+            else:
+                ray.kill(actor)
+        self.pools = []
 
 
 ONE_ROUND_STAGE = "one_round_clients"
@@ -308,4 +378,4 @@ def replicate_over_seeds(config, seeds) -> list:
     return [dataclasses.replace(config, seed=int(s)) for s in seeds]
 
 
-__all__ = ["Federation", "SharedData", "SLIVER_CPU", "replicate_over_seeds", "share_dataset"]
+__all__ = ["Federation", "SharedData", "SLIVER_CPU", "WarmActors", "replicate_over_seeds", "share_dataset"]

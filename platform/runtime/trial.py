@@ -15,11 +15,14 @@ from ray import tune
 
 from platform.config import apply_overrides, build_experiment
 from platform.cache import open_cache
-from platform.runtime.federation import (Federation, SharedData, one_round_stage, replicate_over_seeds,
-                                         share_dataset)
+from platform.runtime.federation import (Federation, SharedData, WarmActors, one_round_stage,
+                                         replicate_over_seeds, share_dataset)
 from platform.runtime.placement import current_placement, own_placement
 
 NOT_SUMMARISED = ("round", "clients")
+
+# This trial process's idle actors, for the next trial Tune runs in it (``reuse_actors``): see WarmActors.
+WARM_ACTORS = WarmActors()
 
 
 def summarise_seeds(per_seed: list[dict]) -> dict:
@@ -36,24 +39,30 @@ def summarise_seeds(per_seed: list[dict]) -> dict:
 
 
 def start_federations(config, seeds: list[int], shared: SharedData | None = None,
-                      lazy_clients: bool = False) -> list[Federation]:
-    """Create one federation per seed, all actors at once, in the current trial's placement group."""
+                      lazy_clients: bool = False, warm: WarmActors | None = None) -> list[Federation]:
+    """Create one federation per seed, all actors at once, in the current trial's placement group; with
+    ``warm``, idle actors of an earlier trial in this process are reset and reused first."""
     placement = current_placement(len(seeds))
     if placement is None:  # outside Tune (platform.run): a placement group of our own
         placement = own_placement(config.resources, len(seeds))
         ray.get(placement.placement_group.ready())
     if shared is None or not shared.serves(config):
         shared = share_dataset(config)  # once for all seeds
-    federations = [Federation(c, placement, shared, wait=False, lazy_clients=lazy_clients)
+    federations = [Federation(c, placement, shared, wait=False, lazy_clients=lazy_clients, warm=warm)
                    for c in replicate_over_seeds(config, seeds)]
-    ray.get([ref for f in federations for ref in f.ready_refs])
+    try:
+        ray.get([ref for f in federations for ref in f.ready_refs])
+    except BaseException:
+        stop_federations(federations)
+        raise
     return federations
 
 
-def stop_federations(federations: list[Federation]) -> None:
-    """Kill every actor, then free the placement group if we created it (outside Tune)."""
+def stop_federations(federations: list[Federation], keep_warm: bool = False) -> None:
+    """Kill every actor (or, with ``keep_warm``, leave them idle in their WarmActors), then free the placement
+    group if we created it (outside Tune)."""
     for f in federations:
-        f.shutdown()
+        f.shutdown(keep_warm=keep_warm)
     for f in federations:
         f.placement.release()
 
@@ -80,24 +89,40 @@ def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: Sha
     params = trial_config.get("params", trial_config)
     config = build_experiment(apply_overrides(base, params))
     one_round = config.mode == "one_round"
-    federations = start_federations(config, seeds, shared, lazy_clients=one_round)
     try:
-        if one_round:
-            tune.report(run_one_round(federations, open_cache(cache_root, use_cache)))
-            return
-        checkpoint = tune.get_checkpoint()
-        if checkpoint is not None:
-            with checkpoint.as_directory() as directory:
-                for i, f in enumerate(federations):
-                    f.load(os.path.join(directory, f"seed_{i}.pt"))
-        for metrics in run_rounds(federations, config.rounds, federations[0].round):
-            round_index = metrics["round"]
-            if checkpoint_every and (round_index % checkpoint_every == 0 or round_index == config.rounds):
-                with tempfile.TemporaryDirectory() as directory:
-                    for i, f in enumerate(federations):
-                        f.save(os.path.join(directory, f"seed_{i}.pt"))
-                    tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
-            else:
-                tune.report(metrics)
+        federations = start_federations(config, seeds, shared, lazy_clients=one_round, warm=WARM_ACTORS)
+    except BaseException:
+        WARM_ACTORS.clear()
+        raise
+    clean = False
+    try:
+        _run_trial(federations, config, one_round, checkpoint_every, cache_root, use_cache)
+        clean = True
+    except SystemExit:  # Tune stopped the trial at a report (an early stop): the actors are sound
+        clean = True
+        raise
     finally:
-        stop_federations(federations)
+        stop_federations(federations, keep_warm=clean)
+        if not clean:
+            WARM_ACTORS.clear()
+
+
+def _run_trial(federations: list[Federation], config, one_round: bool, checkpoint_every: int,
+               cache_root: str | None, use_cache: bool) -> None:
+    if one_round:
+        tune.report(run_one_round(federations, open_cache(cache_root, use_cache)))
+        return
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            for i, f in enumerate(federations):
+                f.load(os.path.join(directory, f"seed_{i}.pt"))
+    for metrics in run_rounds(federations, config.rounds, federations[0].round):
+        round_index = metrics["round"]
+        if checkpoint_every and (round_index % checkpoint_every == 0 or round_index == config.rounds):
+            with tempfile.TemporaryDirectory() as directory:
+                for i, f in enumerate(federations):
+                    f.save(os.path.join(directory, f"seed_{i}.pt"))
+                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
+        else:
+            tune.report(metrics)

@@ -4,6 +4,8 @@ import pytest
 import ray
 
 from platform.config import load_experiment
+from platform.runtime.federation import Federation, WarmActors
+from platform.runtime.placement import own_placement
 from platform.runtime.trial import run_rounds, start_federations, stop_federations
 from tests.conftest import mlflow_runs
 
@@ -49,6 +51,37 @@ def test_checkpoint_restore_continues_exactly(ray_local, tmp_path):
     resumed = [m["test_loss"] for m in run_rounds(fresh, 5, first_round=2)]
     stop_federations(fresh)
     assert resumed == continued
+
+
+def _actor_ids(fed) -> set:
+    return {a._actor_id for a in [fed.server, *fed.pools]}
+
+
+def test_warm_actors_reset_for_another_config_give_a_fresh_run(ray_local):
+    """What a reused Tune trial does: the previous trial's actors, reset, must give exactly the metrics of new
+    actors, dropout included (leaf_cnn), whatever they trained before."""
+    first = load_experiment({**SMALL, "algorithm": {"name": "fedprox", "mu": 0.1}})
+    second = load_experiment({**SMALL, "seed": 3, "model": {"name": "leaf_cnn"},
+                              "clients": {**SMALL["clients"], "lr": 0.1}})
+    expected = _metrics(second)
+    placement = own_placement(first.resources)
+    ray.get(placement.placement_group.ready())
+    warm = WarmActors()
+    try:
+        fed = Federation(first, placement, warm=warm)
+        list(run_rounds([fed], 2))
+        reused = _actor_ids(fed)
+        fed.shutdown(keep_warm=True)
+        assert len(warm) == 1 + fed.num_actors
+        fed = Federation(second, placement, warm=warm)
+        assert _actor_ids(fed) == reused and len(warm) == 0
+        got = [{k: m[k] for k in ("test_accuracy", "test_loss", "train_loss")}
+               for m in run_rounds([fed], second.rounds)]
+        fed.shutdown()
+        assert got == expected
+    finally:
+        warm.clear()
+        placement.release()
 
 
 def test_clients_sampled_per_round_are_seeded(ray_local):
