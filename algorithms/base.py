@@ -117,6 +117,11 @@ class Algorithm:
     heterogeneous_models: ClassVar[bool] = False
     #: True when clients predict on the test inputs (never labels) so the server can score their ensemble.
     clients_see_test_inputs: ClassVar[bool] = False
+    #: True when ``client_update`` keeps something in ``client.state`` for the client's next round (e.g. a
+    #: personalised model). Each client then always trains on the actor that holds its state, and the runtime
+    #: does not start a round's training before the previous round has been reported. Storing state without
+    #: declaring it is an error.
+    keeps_client_state: ClassVar[bool] = False
 
     def __init__(self, hparams: Any = None):
         self.hp = hparams if hparams is not None else self.Hyperparams()

@@ -19,8 +19,8 @@ platform / raw with the first ``--raw-threads`` (≤ 1.0: the platform is as fas
 ``Δ test_loss`` compares (a) with the first ``--raw-threads`` and (b): after round 1, where the same work
 gives the same model up to float rounding (~1e-7: pre-reduction order, thread counts), and its largest value
 over the rounds, where training amplifies that rounding (resnet8's BatchNorm at lr 0.05 turns a 1e-7 change of
-the weights into ~1e-3 of the loss within a round; the cnn keeps it at ~1e-7). Models with dropout draw from
-the global torch RNG, so there the runs differ by design and it is not shown. Start-up
+the weights into ~1e-3 of the loss within a round; the cnn keeps it at ~1e-7). Dropout (``leaf_cnn``) draws
+from torch's global generator, which both seed per (round, client) as the client actors do. Start-up
 (actor creation) is not in the per-round figure; ``benchmarks.trial_startup`` measures it.
 
 Workloads:
@@ -57,7 +57,6 @@ class Workload:
     title: str
     config: dict
     arrays: Optional[Callable[[], tuple]] = None  # () -> (train_x, train_y, test_x, test_y); None = the dataset
-    deterministic: bool = True  # False: the model uses dropout (global torch RNG), runs are not bit-comparable
     notes: list = field(default_factory=list)
 
 
@@ -88,7 +87,7 @@ WORKLOADS = {
         {"dataset": {"name": "digits32"}, "model": {"name": "leaf_cnn"}, "algorithm": FEDAVG,
          "partition": {"kind": "iid"},
          "clients": {"num_clients": 1000, "clients_per_round": 50, "local_epochs": 1, "batch_size": 10, "lr": 0.1}},
-        arrays=_cifar_like_arrays, deterministic=False),
+        arrays=_cifar_like_arrays),
 }
 
 
@@ -118,7 +117,8 @@ def raw_rounds(config, data, rounds: int, threads: int) -> list[dict]:
     from algorithms.common import LocalTraining, evaluate, get_flat_weights, set_flat_weights, train_local
     from platform.data import partition_clients
     from platform.models import build_model
-    from platform.runtime.seeding import generator, sample_clients
+    from platform.runtime.actors import GLOBAL_RNG_KEY
+    from platform.runtime.seeding import derived_seed, generator, sample_clients
 
     torch.set_num_threads(threads)
     train_x, train_y, test_x, test_y, groups, coarse, num_classes = data
@@ -140,6 +140,7 @@ def raw_rounds(config, data, rounds: int, threads: int) -> list[dict]:
         for k in sample_clients(c.num_clients, c.clients_per_round, sampling_seed, r):
             idx = torch.from_numpy(shards[k])
             set_flat_weights(model, weights)
+            torch.default_generator.manual_seed(derived_seed(training_seed, r, k, GLOBAL_RNG_KEY))  # dropout, as actors
             loss = train_local(model, x[idx], y[idx], training, generator(training_seed, r, k))
             n_k = float(len(idx))
             acc += n_k * (get_flat_weights(model) - weights)
@@ -213,10 +214,8 @@ def measure(name: str, rounds: int, raw_threads: list[int], cpus: int, quiet_wai
     for threads, raw in raws.items():
         # round 1: the same work gives the same model up to float rounding (aggregation order, thread count);
         # later rounds: that rounding amplified by training (a lot for resnet8's BatchNorm at lr 0.05)
-        result[f"raw{threads}_dloss1"] = abs(raw[0]["test_loss"] - plat[0]["test_loss"]) if workload.deterministic \
-            else None
-        result[f"raw{threads}_dloss"] = (max(abs(a["test_loss"] - b["test_loss"]) for a, b in zip(raw, plat))
-                                         if workload.deterministic else None)
+        result[f"raw{threads}_dloss1"] = abs(raw[0]["test_loss"] - plat[0]["test_loss"])
+        result[f"raw{threads}_dloss"] = max(abs(a["test_loss"] - b["test_loss"]) for a, b in zip(raw, plat))
     result["final_test_accuracy"] = {"raw": reference[-1]["test_accuracy"], "platform": plat[-1]["test_accuracy"]}
     return result
 
@@ -227,8 +226,7 @@ def render(results: list[dict], raw_threads: list[int]) -> str:
     rows = []
     for r in results:
         t0 = raw_threads[0]
-        dloss = ("n/a (dropout)" if r[f"raw{t0}_dloss"] is None else
-                 f"{r[f'raw{t0}_dloss1']:.0e} / {r[f'raw{t0}_dloss']:.0e}")
+        dloss = f"{r[f'raw{t0}_dloss1']:.0e} / {r[f'raw{t0}_dloss']:.0e}"
         loads = "/".join(f"{r[f'raw{t}_other_load']:.2f}" for t in raw_threads) + f"/{r['platform_other_load']:.2f}"
         rows.append([r["workload"], *[f"{r[f'raw{t}_s']:.4f}" for t in raw_threads], f"{r['platform_s']:.4f}",
                      f"{r['ratio']:.2f}", dloss, loads])

@@ -59,9 +59,9 @@ def timed_sweep_trial(trial_config: dict, **kwargs) -> None:
         marks["federations_ready"] = time.time()
         return federations
 
-    def start_round(self):
+    def start_round(self, *args, **kw):
         marks.setdefault("first_round", time.time())
-        return originals[1](self)
+        return originals[1](self, *args, **kw)
 
     def run_one_round_cached(self, cache, stage):
         marks.setdefault("first_round", time.time())

@@ -61,7 +61,10 @@ PROFILE_PHASES = ("sample", "broadcast", "local_train", "aggregate", "evaluate",
 
 
 def profile_table(rounds: list[dict]) -> str:
-    """Per-round seconds of each phase; ``other`` is the rest of the round (Ray scheduling, transfers)."""
+    """Per-round seconds of each phase; ``other`` is the rest of the round (Ray scheduling, transfers).
+
+    A round's clients start training while the previous round is evaluated, so where evaluation is long the
+    phases can add up to more than the round (``other`` is then 0)."""
     header = f"{'round':>5} " + " ".join(f"{p:>11}" for p in PROFILE_PHASES) + f" {'other':>8} {'total':>8}"
     lines = ["time per round (s)", header]
     totals = {p: 0.0 for p in (*PROFILE_PHASES, "other", "total")}

@@ -56,10 +56,14 @@ class Reusable:
         return True
 
 
-def _seed_global_rng(*keys: int) -> None:
+def _seed_global_rng(*keys: int, device: Optional[torch.device] = None) -> None:
     """Seed torch's global generator (dropout draws from it) from ``keys``, so results do not depend on what
-    this process ran before: another trial (a reused actor) or other clients (balanced assignment)."""
-    torch.manual_seed(derived_seed(*keys))
+    this process ran before: another trial (a reused actor) or other clients (balanced assignment). Only the
+    generators in use: ``torch.manual_seed`` would cost ~0.1 ms a call (it visits every accelerator backend)."""
+    seed = derived_seed(*keys)
+    torch.default_generator.manual_seed(seed)
+    if device is not None and device.type == "cuda":
+        torch.cuda.manual_seed(seed)
 
 
 class ParameterServer(Reusable):
@@ -68,9 +72,9 @@ class ParameterServer(Reusable):
     def __init__(self, config, test_data: tuple[np.ndarray, np.ndarray], input_shape, num_classes: int,
                  num_threads: int = 1, wants_gpu: bool = False, public_x: Optional[np.ndarray] = None):
         torch.set_num_threads(num_threads)
-        _seed_global_rng(config.stream_seed("noise"), SERVER_STREAM_KEY)
         self.config = config
         self.device = _pick_device(wants_gpu)
+        _seed_global_rng(config.stream_seed("noise"), SERVER_STREAM_KEY, device=self.device)
         self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm.params)
         model = _model_for(config, input_shape, num_classes, self.device)
         self.ctx = ServerContext(model=model, server_lr=config.server.lr, server_momentum=config.server.momentum,
@@ -97,20 +101,36 @@ class ParameterServer(Reusable):
         Besides the test metrics and the clients' mean metrics, reports the time of each phase (for
         ``platform.run --profile``) and any metrics the algorithm left in ``state.extra["metrics"]``.
         """
+        aggregated = self._aggregate(partials)
+        metrics = self.evaluate_global()
+        metrics.update(aggregated)  # the algorithm's own metrics win over the test metrics of the same name
+        return metrics
+
+    def aggregate_and_broadcast(self, next_sampled: Sequence[int], *partials) -> tuple[dict, dict]:
+        """:meth:`aggregate` without the evaluation, plus the next round's payload: called with two returns, so
+        the next round's clients can start on the payload while this server evaluates (:meth:`evaluate_global`)."""
+        metrics = self._aggregate(partials)
+        return metrics, self.broadcast(next_sampled)
+
+    def _aggregate(self, partials) -> dict:
         start = time.perf_counter()
         updates = [u for part in partials for u in part]
         local_train = max((sum(u.seconds for u in part) for part in partials), default=0.0)
         self.state = self.algorithm.aggregate(self.state, updates, self.ctx)
         algorithm_metrics = self.state.extra.pop("metrics", {}) if isinstance(self.state.extra, dict) else {}
-        aggregated = time.perf_counter()
-        set_flat_weights(self.ctx.model, self.algorithm.evaluation_weights(self.state))
-        metrics = evaluate(self.ctx.model, self.test_x, self.test_y)
-        metrics.update(mean_metrics(updates))
+        metrics = mean_metrics(updates)
         metrics.update({k: float(v) for k, v in algorithm_metrics.items()})
         metrics.update({"round": self.state.round, "clients": sum(u.num_clients for u in updates),
                         "broadcast_seconds": getattr(self, "_broadcast_seconds", 0.0),
-                        "local_train_seconds": local_train, "aggregate_seconds": aggregated - start,
-                        "evaluate_seconds": time.perf_counter() - aggregated})
+                        "local_train_seconds": local_train, "aggregate_seconds": time.perf_counter() - start})
+        return metrics
+
+    def evaluate_global(self) -> dict:
+        """Test metrics of the current global model, and ``evaluate_seconds``."""
+        start = time.perf_counter()
+        set_flat_weights(self.ctx.model, self.algorithm.evaluation_weights(self.state))
+        metrics = evaluate(self.ctx.model, self.test_x, self.test_y)
+        metrics["evaluate_seconds"] = time.perf_counter() - start
         return metrics
 
     def get_state(self):
@@ -235,12 +255,15 @@ class ClientPool(Reusable):
                 training=self.training, generator=generator(self.training_seed, round_index, k),
                 noise_generator=generator(self.noise_seed, round_index, k),
                 state=state, device=self.device, public_x=self.public_x, test_x=self.test_x)
-            _seed_global_rng(self.training_seed, round_index, k, GLOBAL_RNG_KEY)
+            _seed_global_rng(self.training_seed, round_index, k, GLOBAL_RNG_KEY, device=self.device)
             start = time.perf_counter()
             update = self.algorithm.client_update(payload, client)
             update.seconds = time.perf_counter() - start
             updates.append(update)
             if state:  # kept only once the algorithm stores something (most never do)
+                if not self.algorithm.keeps_client_state:
+                    raise RuntimeError(f"{type(self.algorithm).__name__} stored client state without declaring "
+                                       "keeps_client_state = True")
                 self.client_state[k] = state
         if reduce and self.algorithm.summable and len(updates) > 1:
             return [reduce_updates(updates)]
@@ -256,10 +279,6 @@ class ClientPool(Reusable):
         if name not in self.models:
             self.models[name] = _model_for(self.config, self.input_shape, self.num_classes, self.device, name)
         return self.models[name]
-
-    def holds_client_state(self) -> bool:
-        """True once any client trained here has persistent state (the federation then stops balancing)."""
-        return bool(self.client_state)
 
     def get_client_states(self) -> dict[int, dict]:
         return self.client_state

@@ -170,15 +170,17 @@ class Federation:
         self.num_actors = min(pool_size(config.resources), clients.num_clients)
         self.owner = np.arange(clients.num_clients) % self.num_actors  # each client's home actor
         # A round's clients go to the least-loaded actors (by samples; every actor reads all data and all indices,
-        # so any can train any client) until some client keeps persistent state: from then on each client trains
-        # on its home actor, which holds its state (see assign and _settle_client_state).
+        # so any can train any client), unless the method keeps per-client state: then each client trains on
+        # its home actor, which holds that state (see assign).
         self.client_sizes = np.diff(self.shards.offsets)
-        self.balance = self.num_actors > 1
-        self._state_probes: list = []
-        self._round_parts: list[np.ndarray] = []
+        self._prefetched: dict[int, list] = {}  # round -> its clients' updates, launched ahead (start_round)
+        self._clock: Optional[float] = None  # when the previous round finished
         from algorithms import ALGORITHMS
 
-        self.algorithm_needs_test_inputs = ALGORITHMS[config.algorithm.name].clients_see_test_inputs
+        algorithm = ALGORITHMS[config.algorithm.name]
+        self.algorithm_needs_test_inputs = algorithm.clients_see_test_inputs
+        self.keeps_client_state = algorithm.keeps_client_state
+        self.balance = self.num_actors > 1 and not self.keeps_client_state
         # Every .remote() below returns at once: the actors are created concurrently.
         threads = server_threads(config.resources, placement.replicas)
         server_args = (config, data.test_ref, data.input_shape, data.num_classes, threads, False, data.public_ref)
@@ -242,30 +244,18 @@ class Federation:
             load[a] += sizes[i]
         return [sampled[actor_of == a] for a in range(self.num_actors)]
 
-    def client_updates(self, round_index: int, sampled: np.ndarray, reduce: bool = True) -> list[ray.ObjectRef]:
+    def client_updates(self, round_index: int, sampled: np.ndarray, reduce: bool = True,
+                       payload: Optional[ray.ObjectRef] = None) -> list[ray.ObjectRef]:
         """Launch local training of the sampled clients on the actors; one reference per busy actor (whose
-        clients are in ``self._round_parts``, in the same order)."""
+        clients are in ``self._round_parts``, in the same order). ``payload``: the round's payload if already
+        asked for (else the server broadcasts it now)."""
         if not self.pools:
             self._create_pools()
-        payload = self.server.broadcast.remote(sampled.tolist())  # one object, shared by all actors
+        if payload is None:
+            payload = self.server.broadcast.remote(sampled.tolist())  # one object, shared by all actors
         busy = [(pool, part) for pool, part in zip(self.pools, self.assign(sampled)) if len(part)]
         self._round_parts = [part for _, part in busy]
-        refs = [pool.train.remote(payload, part.tolist(), round_index, reduce) for pool, part in busy]
-        # Queued behind each actor's training: did any client keep persistent state? (read in finish_round)
-        self._state_probes = [pool.holds_client_state.remote() for pool, _ in busy] if self.balance else []
-        return refs
-
-    def _settle_client_state(self) -> None:
-        """Once some client keeps persistent state, move every state to its client's home actor and stop
-        balancing, so each client meets its state again in later rounds."""
-        probes, self._state_probes = self._state_probes, []
-        if not probes or not any(ray.get(probes)):
-            return
-        states: dict = {}
-        for part in ray.get([p.get_client_states.remote() for p in self.pools]):
-            states.update(part)
-        ray.get([p.set_client_states.remote(states) for p in self.pools])  # each keeps its home clients'
-        self.balance = False
+        return [pool.train.remote(payload, part.tolist(), round_index, reduce) for pool, part in busy]
 
     def run_one_round_cached(self, cache, stage) -> dict:
         """One-round analysis: client models trained once per upstream config (cached), then aggregated.
@@ -296,19 +286,44 @@ class Federation:
                                            self.config.stream_seed("sampling"), round_index)
         return sample_clients(c.num_clients, c.clients_per_round, self.config.stream_seed("sampling"), round_index)
 
-    def start_round(self) -> ray.ObjectRef:
-        """Launch the next round; returns a reference to its metrics (see :meth:`finish_round`)."""
-        self._started = time.perf_counter()
-        sampled = self.sampled_clients(self.round)
-        self._sample_seconds = time.perf_counter() - self._started
-        partials = self.client_updates(self.round, sampled)
-        return self.server.aggregate.remote(*partials)
+    def start_round(self, launch_next: bool = False) -> tuple:
+        """Launch the next round; returns the references :meth:`finish_round` waits for.
 
-    def finish_round(self, metrics_ref: ray.ObjectRef) -> dict:
-        metrics = ray.get(metrics_ref)
-        self._settle_client_state()
+        With ``launch_next`` (the caller will run another round; never for methods that keep client state),
+        the server aggregates, hands out the next round's payload at once and only then evaluates, and the next
+        round's clients are launched on that payload now: they train while the server evaluates and while this
+        round's metrics are reported. Nothing else changes: the same payload, the same clients, the same
+        results, and the server state stays this round's until the next :meth:`start_round`.
+        """
+        if self._clock is None:
+            self._clock = time.perf_counter()
+        started = time.perf_counter()
+        r = self.round
+        partials = self._prefetched.pop(r, None)
+        if partials is None:
+            partials = self.client_updates(r, self.sampled_clients(r))
+        self._sample_seconds = time.perf_counter() - started
+        if not launch_next or self.keeps_client_state:
+            return self.server.aggregate.remote(*partials), None
+        following = self.sampled_clients(r + 1)
+        metrics_ref, payload_ref = self.server.aggregate_and_broadcast.options(num_returns=2).remote(
+            following.tolist(), *partials)
+        evaluation_ref = self.server.evaluate_global.remote()
+        self._prefetched = {r + 1: self.client_updates(r + 1, following, payload=payload_ref)}
+        return metrics_ref, evaluation_ref
+
+    def finish_round(self, refs: tuple) -> dict:
+        """The round's metrics; ``seconds`` is the wall time since the previous round finished."""
+        metrics_ref, evaluation_ref = refs
+        if evaluation_ref is None:
+            metrics = ray.get(metrics_ref)
+        else:
+            aggregated, metrics = ray.get([metrics_ref, evaluation_ref])
+            metrics.update(aggregated)
         self.round += 1
-        metrics["seconds"] = time.perf_counter() - self._started
+        now = time.perf_counter()
+        metrics["seconds"] = now - self._clock
+        self._clock = now
         metrics["sample_seconds"] = getattr(self, "_sample_seconds", 0.0)
         return metrics
 
@@ -325,8 +340,7 @@ class Federation:
 
     def restore(self, checkpoint: dict) -> None:
         self.round = int(checkpoint["round"])
-        if any(checkpoint["clients"].values()):  # clients with state train on their home actors
-            self.balance = False
+        self._prefetched = {}
         ray.get([self.server.set_state.remote(checkpoint["server"])]
                 + [p.set_client_states.remote(checkpoint["clients"]) for p in self.pools])
 

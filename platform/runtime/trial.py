@@ -76,9 +76,10 @@ def run_one_round(federations: list[Federation], cache) -> dict:
 
 
 def run_rounds(federations: list[Federation], rounds: int, first_round: int = 0):
-    """Yield the seed-summarised metrics of each round; all seeds' rounds run concurrently."""
-    for _ in range(first_round, rounds):
-        refs = [f.start_round() for f in federations]
+    """Yield the seed-summarised metrics of each round; all seeds' rounds run concurrently, and each round's
+    clients start training while the previous round is evaluated and reported (see Federation.start_round)."""
+    for r in range(first_round, rounds):
+        refs = [f.start_round(launch_next=r + 1 < rounds) for f in federations]
         yield summarise_seeds([f.finish_round(ref) for f, ref in zip(federations, refs)])
 
 

@@ -24,6 +24,7 @@ class _Recorder(Algorithm):
     Hyperparams = _NoHyperparams
     summable = False
     heterogeneous_models = True
+    keeps_client_state = True
 
     def client_update(self, payload, client):
         client.state["visits"] = client.state.get("visits", 0) + 1
@@ -35,6 +36,22 @@ class _Recorder(Algorithm):
 @pytest.fixture
 def recorder(monkeypatch):
     monkeypatch.setitem(algorithms.ALGORITHMS, "recorder", _Recorder)
+
+
+class _UndeclaredState(_Recorder):
+    name = "undeclared"
+    keeps_client_state = False
+
+
+def test_client_state_needs_declaring(monkeypatch):
+    """Undeclared state would be lost when a client trains on another actor, or raced by a launched-ahead round."""
+    monkeypatch.setitem(algorithms.ALGORITHMS, "undeclared", _UndeclaredState)
+    config = load_experiment({"algorithm": {"name": "undeclared"}, "clients": {"num_clients": 2, "clients_per_round": 2}})
+    train, _ = load_dataset(config.dataset)
+    pool = ClientPool(config, (train.x, train.y), {0: np.arange(10), 1: np.arange(10, 20)}, train.input_shape,
+                      train.num_classes)
+    with pytest.raises(RuntimeError, match="keeps_client_state"):
+        pool.train({}, [0], 0)
 
 
 def test_heterogeneous_clients_get_their_architecture_and_keep_state(recorder):
