@@ -308,7 +308,7 @@ class Federation:
         following = self.sampled_clients(r + 1)
         metrics_ref, payload_ref = self.server.aggregate_and_broadcast.options(num_returns=2).remote(
             following.tolist(), *partials)
-        evaluation_ref = self.server.evaluate_global.remote()
+        evaluation_ref = self.server.evaluate_global.remote(1)  # 1 thread: the clients hold the cores now
         self._prefetched = {r + 1: self.client_updates(r + 1, following, payload=payload_ref)}
         return metrics_ref, evaluation_ref
 
