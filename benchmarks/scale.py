@@ -24,7 +24,7 @@ every process that maps them); ``actors USS``: the private memory (no object-sto
 of the parameter server and client actors together, where per-client Python objects or models would show;
 ``B/idle client``: the growth of actors USS plus driver Δ from the previous size, per extra client (the
 memory an extra idle client costs outside the data); ``data``: the arrays' bytes (in the object store once);
-``driver Δ`` is this process's RSS growth (the trial loop: it holds every client's sample indices, 8 bytes a
+``driver Δ`` is this process's USS growth (the trial loop: it holds every client's sample indices, 8 bytes a
 sample, plus 16 bytes a client; in a sweep it runs in a Ray worker).
 """
 from __future__ import annotations
@@ -76,9 +76,11 @@ def synthetic_arrays(dataset_cfg):
             for m in (~test_mask, test_mask)]
 
 
-def _driver_rss_mib() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+def _driver_uss_mib() -> float:
+    """This process's private memory: not the object-store pages it wrote the data into (RSS counts those)."""
+    import psutil
+
+    return psutil.Process(os.getpid()).memory_full_info().uss / 2 ** 20
 
 
 def measure(num_clients: int, args, check_loader: bool) -> dict:
@@ -115,7 +117,7 @@ def measure(num_clients: int, args, check_loader: bool) -> dict:
     with ForeignLoad() as load, local_ray(args.cpus, object_store_mib=object_store):
         time.sleep(2.0)  # let Ray's own start-up settle before the idle reading
         idle = ray_memory_mib()
-        driver_before = _driver_rss_mib()
+        driver_before = _driver_uss_mib()
         with MemorySampler(0.25) as sampler:
             shared = SharedData(config.dataset, ray.put((train.x, train.y)), ray.put((test.x, test.y)), train.y,
                                 train.input_shape, train.num_classes, train.groups, None, config.public, None)
@@ -130,7 +132,7 @@ def measure(num_clients: int, args, check_loader: bool) -> dict:
                     metrics = next(gen)
                     metrics["wall"] = time.perf_counter() - t0
                     rounds.append(metrics)
-                out["driver_delta_mib"] = _driver_rss_mib() - driver_before
+                out["driver_delta_mib"] = _driver_uss_mib() - driver_before
             finally:
                 stop_federations(federations)
     timed = rounds[1:]

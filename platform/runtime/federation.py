@@ -3,7 +3,9 @@
 Per round: sample clients with the seeded sampler, ask the parameter server for the payload (one
 object-store reference shared by every actor), run local updates on the client actors in parallel,
 and hand their results straight to the parameter server, which aggregates and evaluates. Weights never
-pass through the driver.
+pass through the driver. When another round follows, the server returns the next payload with the
+aggregate and evaluates afterwards, and the next round's clients are launched on that payload at once, so
+evaluation and reporting overlap training (:meth:`Federation.start_round`).
 """
 from __future__ import annotations
 
