@@ -1,17 +1,12 @@
-"""FL methods, one module per family, each a subclass of :class:`algorithms.base.Algorithm`.
+"""FL methods, one module per family, each a subclass of :class:`algorithms.base.Algorithm` registered with
+:func:`algorithms.base.register`.
 
-Algorithms are pure PyTorch: they never touch Ray or MLflow, so each can be tested on its own.
+Algorithms are pure PyTorch: they never touch Ray, MLflow or the ``platform`` package, so each can be tested on
+its own. A method of your own needs no change here: see docs/adding_a_method.md.
 """
-from algorithms.base import Algorithm, ClientContext, ClientUpdate, ServerContext, ServerState, reduce_updates
-from algorithms.fedavg import FedAvg
-from algorithms.fedprox import FedProx
-from algorithms.fedkp import FedKP, FedKPCM, FedKPPA
-from algorithms.fedpa import FedPA
-from algorithms.sgld import SGLD
-from algorithms.feded import FedED
+from algorithms.base import (ALGORITHMS, Algorithm, ClientContext, ClientUpdate, Metric, ServerContext, ServerState,
+                             reduce_updates, register, resolve_algorithm)
+from algorithms import fedavg, fedprox, fedkp, fedpa, sgld, feded  # noqa: F401,E402  (each registers its methods)
 
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg, FedProx, FedKP, FedKPCM, FedKPPA, FedPA,
-                                                                      SGLD, FedED)}
-
-__all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "ClientUpdate", "ServerContext", "ServerState",
-           "reduce_updates"]
+__all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "ClientUpdate", "Metric", "ServerContext", "ServerState",
+           "reduce_updates", "register", "resolve_algorithm"]

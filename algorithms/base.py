@@ -1,34 +1,52 @@
 """The interface every FL method implements, in plain PyTorch (no Ray, no MLflow).
 
-One round, as the platform runs it::
+One round, as the platform runs it (cf. Flower's strategy: configure, fit, aggregate, evaluate)::
 
-    payload = algorithm.broadcast(server_state, sampled_clients)        # on the parameter server, once
-    update_k = algorithm.client_update(payload, client_k)               # on client actors, per virtual client
-    partial = reduce_updates([update_k, ...])                           # in each actor, if `summable`
-    server_state = algorithm.aggregate(server_state, partials, ctx)     # on the parameter server
+    payload = algorithm.broadcast(server_state, sampled_clients)            # on the parameter server, once
+    update_k = algorithm.client_update(payload, client_k)                   # on client actors, per virtual client
+    scores_k = algorithm.client_evaluate(payload, client_k)                 # only if ``evaluates_clients``
+    partial = reduce_updates([update_k, ...])                               # in each actor, per architecture, if
+                                                                            # ``summable``
+    server_state, metrics = algorithm.aggregate(server_state, partials, ctx)  # on the parameter server
 
-``broadcast`` may send weights, indices into public data or personalised targets; ``aggregate`` may
-train on server-side data (distillation) using ``ServerContext``. Methods that keep per-client state
-between rounds (MNFL, FedPA) keep it in ``ClientContext.state``; the actor that hosts the client holds it.
+The runtime owns the round counter (``ServerState.round`` counts completed rounds; algorithms read it, never
+set it), evaluates the global model(s) on the server's validation and test splits, and reports the
+metrics ``aggregate`` returns. ``broadcast`` may send weights, indices into public data or personalised
+targets; ``aggregate`` may train on server-side data (distillation) using :class:`ServerContext`.
+
+Per-client state (a personalised model, an optimiser) lives in ``ClientContext.state``: a dict the runtime
+loads from its client-state store before ``client_update`` and saves after it; methods that use it declare
+``keeps_client_state``. Random numbers come from the contexts' generators only: ``generator`` (batch order,
+augmentation; the training seed) and ``noise_generator`` (DP and Langevin noise; the noise seed), so a sweep
+over a noise scale redraws only the noise.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, ClassVar, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
 
 from algorithms.common.training import LocalTraining
+from algorithms.common.weights import get_flat_weights
+
+#: A global model as the server holds it: one flat vector, or one per architecture (model-heterogeneous runs).
+GlobalWeights = Union[torch.Tensor, dict[str, torch.Tensor]]
 
 
 @dataclass
 class ServerState:
-    """Everything the parameter server must checkpoint to resume a run."""
+    """Everything the parameter server must checkpoint to resume a run.
 
-    weights: torch.Tensor  # flat global model (see algorithms.common.weights)
-    round: int = 0
+    ``weights`` is the global model: a flat vector (see :mod:`algorithms.common.weights`), a dict
+    architecture → flat vector for methods that keep one global model per architecture, or None for methods
+    with no global model (purely personalised ones, judged by ``client_evaluate``).
+    """
+
+    weights: Optional[GlobalWeights]
+    round: int = 0  # completed rounds; set by the runtime after each aggregate
     optimizer: dict = field(default_factory=dict)  # server optimiser state (e.g. momentum buffer)
     extra: dict = field(default_factory=dict)  # the algorithm's own server-side state
 
@@ -37,31 +55,51 @@ class ServerState:
 class ServerContext:
     """What the server side of an algorithm may use besides its state."""
 
-    model: nn.Module  # built once; load weights into it for evaluation or server-side training
+    models: dict[str, nn.Module]  # one built model per architecture (the server's and every client's)
+    architecture: str  # the server model's architecture (model.name)
+    architecture_clients: dict[str, int]  # clients per client architecture ({model.name: K} when homogeneous)
     server_lr: float
     server_momentum: float
     num_classes: int
     device: torch.device
+    training_generator: torch.Generator  # server-side batch order (distillation); seeded by the training seed
+    noise_generator: torch.Generator  # server-side noise (DP); seeded by the noise seed
     public_x: Optional[torch.Tensor] = None  # unlabelled public data, for distillation methods
-    generator: Optional[torch.Generator] = None
+    val_x: Optional[torch.Tensor] = None  # the server's validation split (from the training pool)
+    val_y: Optional[torch.Tensor] = None
     test_y: Optional[torch.Tensor] = None  # held-out test labels: for metrics of client ensembles (FedED)
+
+    @property
+    def model(self) -> nn.Module:
+        """The server model (architecture ``model.name``)."""
+        return self.models[self.architecture]
+
+    @property
+    def heterogeneous(self) -> bool:
+        """True when the clients do not all run the server's architecture."""
+        return set(self.architecture_clients) != {self.architecture}
 
 
 @dataclass
 class ClientContext:
-    """One virtual client as an actor presents it to ``client_update``."""
+    """One virtual client as an actor presents it to ``client_update`` and ``client_evaluate``."""
 
     client_id: int
-    x: torch.Tensor
+    x: torch.Tensor  # the client's training split
     y: torch.Tensor
-    model: nn.Module  # built once per actor and shared by all its virtual clients: load weights into it
+    model: nn.Module  # built once per actor per architecture and shared by its virtual clients: load weights into it
+    architecture: str  # the client's model architecture (model.architectures; model.name when homogeneous)
     training: LocalTraining
     generator: torch.Generator  # batch order etc.; seeded by (training seed, round, client)
     noise_generator: torch.Generator  # DP or sampling noise; seeded by (noise seed, round, client)
-    state: dict  # persistent per-client state across rounds
+    state: dict  # persistent per-client state across rounds (declare ``keeps_client_state``)
     device: torch.device
+    val_x: Optional[torch.Tensor] = None  # the client's own validation split (partition.val_fraction)
+    val_y: Optional[torch.Tensor] = None
+    test_x: Optional[torch.Tensor] = None  # the client's own test split (partition.test_fraction)
+    test_y: Optional[torch.Tensor] = None
     public_x: Optional[torch.Tensor] = None  # unlabelled public data (distillation methods), shared by all clients
-    test_x: Optional[torch.Tensor] = None  # the held-out test inputs (no labels): for ensemble-of-clients metrics
+    global_test_x: Optional[torch.Tensor] = None  # the server's test inputs (no labels), if ``clients_see_test_inputs``
 
     @property
     def num_samples(self) -> int:
@@ -70,29 +108,72 @@ class ClientContext:
 
 @dataclass
 class ClientUpdate:
-    """A client's result, or the weighted mean of several (see :func:`reduce_updates`)."""
+    """A client's result, or the weighted mean of several of one architecture (see :func:`reduce_updates`)."""
 
     weight: float  # e.g. N_k
     tensors: dict[str, torch.Tensor]
     metrics: dict[str, float] = field(default_factory=dict)  # weighted means, e.g. train_loss
     num_clients: int = 1
     seconds: float = 0.0  # compute time spent producing it (summed when reduced); the runtime fills it in
+    architecture: str = ""  # the client's architecture; the runtime fills it in
+    client_id: int = -1  # the client's id; -1 once several are reduced into one
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric a method reports, and which way is better (what a search space may select on)."""
+
+    name: str
+    mode: str  # "max" or "min"
+    doc: str = ""
+
+
+#: Reported for every method: the global model on the server's validation and test splits, and the clients'
+#: mean training loss. For methods without a global model they are the clients' own (client_evaluate) means.
+STANDARD_METRICS = (
+    Metric("val_accuracy", "max", "accuracy of the global model on the server's validation split"),
+    Metric("val_loss", "min", "mean cross-entropy on the server's validation split"),
+    Metric("test_accuracy", "max", "accuracy on the test set (report it; never select on it)"),
+    Metric("test_loss", "min", "mean cross-entropy on the test set"),
+    Metric("train_loss", "min", "the clients' mean local training loss, weighted by N_k"),
+)
+#: Reported for methods that evaluate clients on their own splits: the mean weighted by each client's split size
+#: (``client_val_accuracy``) and the 10th percentile over clients (``client_val_accuracy_p10``).
+CLIENT_EVALUATION_METRICS = tuple(
+    Metric(f"client_{split}_{kind}{suffix}", mode, f"clients' own {split} split, {what}")
+    for split in ("val", "test") for kind, mode in (("accuracy", "max"), ("loss", "min"))
+    for suffix, what in (("", "weighted mean over clients"), ("_p10", "10th percentile over clients")))
 
 
 def reduce_updates(updates: Sequence[ClientUpdate]) -> ClientUpdate:
     """Weighted mean of updates, weighted by ``weight``.
 
     Associative: the mean of partial means (each weighted by its weight sum) is the mean of all, so
-    client actors can pre-reduce their clients and the server reduces the partial results again.
+    client actors can pre-reduce their clients and the server reduces the partial results again. Updates of
+    different architectures cannot be averaged: reduce each group of :func:`group_by_architecture`.
     """
     updates = [u for u in updates if u is not None]
     if not updates:
         raise ValueError("no client updates to reduce")
+    architectures = {u.architecture for u in updates}
+    if len(architectures) > 1:
+        raise ValueError(f"cannot average updates of different architectures {sorted(architectures)}; "
+                         "reduce each group_by_architecture group")
     total = float(sum(u.weight for u in updates))
     coeffs = [u.weight / total if total > 0 else 0.0 for u in updates]
     tensors = {key: sum(c * u.tensors[key] for c, u in zip(coeffs, updates)) for key in updates[0].tensors}
     return ClientUpdate(weight=total, tensors=tensors, metrics=mean_metrics(updates),
-                        num_clients=sum(u.num_clients for u in updates), seconds=sum(u.seconds for u in updates))
+                        num_clients=sum(u.num_clients for u in updates), seconds=sum(u.seconds for u in updates),
+                        architecture=updates[0].architecture,
+                        client_id=updates[0].client_id if len(updates) == 1 else -1)
+
+
+def group_by_architecture(updates: Sequence[ClientUpdate]) -> dict[str, list[ClientUpdate]]:
+    """The updates of each architecture, in the order given (architectures in order of first appearance)."""
+    groups: dict[str, list[ClientUpdate]] = {}
+    for u in updates:
+        groups.setdefault(u.architecture, []).append(u)
+    return groups
 
 
 def mean_metrics(updates: Sequence[ClientUpdate]) -> dict[str, float]:
@@ -104,30 +185,103 @@ def mean_metrics(updates: Sequence[ClientUpdate]) -> dict[str, float]:
     return {k: float(sum(u.weight * u.metrics.get(k, 0.0) for u in updates) / total) for k in keys}
 
 
+def weights_for(weights: GlobalWeights, architecture: str) -> torch.Tensor:
+    """The flat weights of ``architecture`` in a global model (the vector itself when there is one)."""
+    return weights[architecture] if isinstance(weights, dict) else weights
+
+
+def initial_weights(ctx: ServerContext) -> GlobalWeights:
+    """The initial global model: the server model's flat weights, or, when clients run other architectures, one
+    vector per client architecture (each averaged within its group by weight-averaging methods)."""
+    if not ctx.heterogeneous:
+        return get_flat_weights(ctx.model)
+    return {name: get_flat_weights(ctx.models[name]) for name in ctx.architecture_clients}
+
+
+#: ``@register`` fills this: name -> class. ``algorithms/__init__`` imports the built-in methods.
+ALGORITHMS: dict[str, type["Algorithm"]] = {}
+
+
+def register(cls: type["Algorithm"]) -> type["Algorithm"]:
+    """Class decorator: make ``cls`` available as ``algorithm.name: <cls.name>`` in configs.
+
+    A method outside this package needs no registration: name it ``package.module:ClassName``
+    (see :func:`resolve_algorithm`)."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{cls.__name__} needs a class attribute name = '...' to be registered")
+    if name in ALGORITHMS and ALGORITHMS[name] is not cls:
+        raise ValueError(f"algorithm name {name!r} is taken by {ALGORITHMS[name].__module__}."
+                         f"{ALGORITHMS[name].__qualname__}")
+    ALGORITHMS[name] = cls
+    return cls
+
+
+def resolve_algorithm(name: str) -> type["Algorithm"]:
+    """The class for ``name``: a registered name, or ``package.module:ClassName`` imported now.
+
+    Raises :class:`algorithms.errors.ConfigError` on ``algorithm.name`` when it is neither."""
+    from algorithms.errors import ConfigError
+
+    if name in ALGORITHMS:
+        return ALGORITHMS[name]
+    if not isinstance(name, str) or ":" not in name:
+        raise ConfigError("algorithm.name", f"unknown algorithm {name!r}; allowed: {', '.join(ALGORITHMS)}, or "
+                                            f"package.module:ClassName for a method of your own")
+    import importlib
+
+    module_name, _, attr = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ConfigError("algorithm.name", f"cannot import module {module_name!r} ({err}); it must be importable "
+                                            f"on the driver and on every worker (PYTHONPATH, or runtime_env "
+                                            f"py_modules / working_dir)") from None
+    cls = getattr(module, attr, None)
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise ConfigError("algorithm.name", f"{name!r} is not an Algorithm subclass (module {module_name!r} has "
+                                            f"{'no ' + repr(attr) if cls is None else repr(attr) + ' of another kind'})")
+    return cls
+
+
 class Algorithm:
     """Base class: subclasses set ``name`` and ``Hyperparams`` and implement ``client_update``/``aggregate``."""
 
     name: ClassVar[str]
     Hyperparams: ClassVar[type]
-    #: True when the server only needs the weighted mean of client updates, so actors may pre-reduce.
-    #: Methods that need every client's model (FedKP) set False and receive one update per client.
+    #: True when the server only needs the weighted mean of client updates, so actors may pre-reduce (within
+    #: each architecture). Methods that need every client's model (FedKP) set False and get one update per client.
     summable: ClassVar[bool] = True
-    #: True when clients may run different architectures (``model.architectures``): the method exchanges
-    #: predictions or distilled targets, never weights.
+    #: True when clients may run different architectures (``model.architectures``). Updates then carry their
+    #: ``architecture``; weight-averaging methods average within each group (:func:`group_by_architecture`),
+    #: others exchange predictions. A method that leaves this False is refused mixed architectures at load time.
     heterogeneous_models: ClassVar[bool] = False
     #: True when clients predict on the test inputs (never labels) so the server can score their ensemble.
     clients_see_test_inputs: ClassVar[bool] = False
     #: True when ``client_update`` keeps something in ``client.state`` for the client's next round (e.g. a
-    #: personalised model). Each client then always trains on the actor that holds its state, and the runtime
-    #: does not start a round's training before the previous round has been reported. Storing state without
-    #: declaring it is an error.
+    #: personalised model). The runtime then does not start a round's training before the previous round's states
+    #: are stored. Storing state without declaring it is an error.
     keeps_client_state: ClassVar[bool] = False
+    #: True when the runtime should call :meth:`client_evaluate` on every trained client after ``client_update``
+    #: (personalised methods, judged on each client's own validation and test splits).
+    evaluates_clients: ClassVar[bool] = False
+    #: The method's own metrics besides :data:`STANDARD_METRICS` (and :data:`CLIENT_EVALUATION_METRICS`).
+    metrics: ClassVar[tuple[Metric, ...]] = ()
 
     def __init__(self, hparams: Any = None):
         self.hp = hparams if hparams is not None else self.Hyperparams()
 
-    def init_server_state(self, initial_weights: torch.Tensor, ctx: ServerContext) -> ServerState:
-        return ServerState(weights=initial_weights.clone())
+    @classmethod
+    def declared_metrics(cls) -> dict[str, Metric]:
+        """Every metric this method reports, by name: what a search space may select on."""
+        declared = list(STANDARD_METRICS)
+        if cls.evaluates_clients:
+            declared += CLIENT_EVALUATION_METRICS
+        declared += cls.metrics
+        return {m.name: m for m in declared}
+
+    def init_server_state(self, ctx: ServerContext) -> ServerState:
+        return ServerState(weights=initial_weights(ctx))
 
     def broadcast(self, state: ServerState, sampled_clients: Sequence[int]) -> dict:
         return {"weights": state.weights}
@@ -135,7 +289,17 @@ class Algorithm:
     def client_update(self, payload: dict, client: ClientContext) -> ClientUpdate:
         raise NotImplementedError
 
-    def aggregate(self, state: ServerState, updates: Sequence[ClientUpdate], ctx: ServerContext) -> ServerState:
+    def client_evaluate(self, payload: dict, client: ClientContext) -> dict[str, float]:
+        """Scores of client ``client`` on its own splits, e.g. ``evaluate(model, client.val_x, client.val_y,
+        "val_")`` merged with the same on the test split. Keys ``val_*`` are averaged over clients weighted by
+        their validation sizes, ``test_*`` by their test sizes. Called after ``client_update`` in the same round
+        (so ``client.state`` holds the updated state) when ``evaluates_clients`` is True."""
+        raise NotImplementedError(f"{self.name} sets evaluates_clients but does not implement client_evaluate")
+
+    def aggregate(self, state: ServerState, updates: Sequence[ClientUpdate],
+                  ctx: ServerContext) -> tuple[ServerState, dict[str, float]]:
+        """The server step: the next state and the metrics to report for this round (besides the standard
+        ones the runtime adds). The runtime sets the returned state's ``round``."""
         raise NotImplementedError
 
     def client_stage_fields(self) -> dict:
@@ -154,10 +318,15 @@ class Algorithm:
         """
         return int(getattr(self.hp, "burnin_rounds", 0) or 0)
 
-    def evaluation_weights(self, state: ServerState) -> torch.Tensor:
-        """The flat weights of the model evaluated on the test set after each round."""
+    def evaluation_weights(self, state: ServerState) -> Optional[GlobalWeights]:
+        """The global model evaluated after each round: flat weights, one vector per architecture, or None
+        (no global model: the standard metrics then come from ``client_evaluate``)."""
         return state.weights
 
     @classmethod
     def hyperparameter_docs(cls) -> dict[str, str]:
         return {f.name: f.metadata.get("doc", "") for f in dataclasses.fields(cls.Hyperparams)}
+
+
+def describe_metrics(declared: Mapping[str, Metric]) -> str:
+    return ", ".join(f"{m.name} ({m.mode})" for m in declared.values())

@@ -3,6 +3,10 @@
 Clients start from θ_t, run E local epochs of SGD and return Δ_k = θ_k − θ_t weighted by N_k. The
 server forms Δ = Σ_k (N_k/N) Δ_k over the sampled clients and steps θ_{t+1} = θ_t + η_s·v, v = m·v + Δ.
 With η_s = 1 and m = 0 (the defaults) θ_{t+1} is exactly the N_k-weighted mean of the client models.
+
+Model-heterogeneous runs (``model.architectures``): one global model per architecture, each averaged over the
+clients of that architecture only (the "FedAvg within groups" baseline of FedDF, Lin et al. 2020 §4.1), with its
+own server momentum buffer.
 """
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from algorithms.base import Algorithm, ClientContext, ClientUpdate, ServerContext, ServerState, reduce_updates
+from algorithms.base import (Algorithm, ClientContext, ClientUpdate, ServerContext, ServerState, group_by_architecture,
+                             reduce_updates, register, weights_for)
 from algorithms.common import get_flat_weights, server_step, set_flat_weights, train_local
 
 
@@ -20,9 +25,11 @@ class FedAvgHyperparams:
     pass
 
 
+@register
 class FedAvg(Algorithm):
     name = "fedavg"
     Hyperparams = FedAvgHyperparams
+    heterogeneous_models = True  # averages within each architecture group
 
     def client_stage_fields(self) -> dict:
         return {"procedure": "local_sgd"}  # plain local training: shared with every method that uses it
@@ -32,7 +39,7 @@ class FedAvg(Algorithm):
         return None
 
     def client_update(self, payload: dict, client: ClientContext) -> ClientUpdate:
-        start = payload["weights"]
+        start = weights_for(payload["weights"], client.architecture)
         if client.num_samples == 0:
             return ClientUpdate(weight=0.0, tensors={"delta": torch.zeros_like(start)}, metrics={"train_loss": 0.0})
         set_flat_weights(client.model, start)
@@ -41,8 +48,21 @@ class FedAvg(Algorithm):
         delta = get_flat_weights(client.model) - start
         return ClientUpdate(weight=float(client.num_samples), tensors={"delta": delta}, metrics={"train_loss": loss})
 
-    def aggregate(self, state: ServerState, updates: Sequence[ClientUpdate], ctx: ServerContext) -> ServerState:
+    def aggregate(self, state: ServerState, updates: Sequence[ClientUpdate],
+                  ctx: ServerContext) -> tuple[ServerState, dict]:
+        if not isinstance(state.weights, dict):
+            weights, opt_state = self.server_update(state.weights, updates, state.optimizer, ctx)
+            return ServerState(weights=weights, optimizer=opt_state, extra=state.extra), {}
+        groups = group_by_architecture(updates)
+        weights, opt_state = dict(state.weights), dict(state.optimizer)
+        for name, members in groups.items():
+            weights[name], opt_state[name] = self.server_update(state.weights[name], members,
+                                                                state.optimizer.get(name, {}), ctx)
+        return ServerState(weights=weights, optimizer=opt_state, extra=state.extra), {}
+
+    @staticmethod
+    def server_update(weights: torch.Tensor, updates: Sequence[ClientUpdate], optimizer_state: dict,
+                      ctx: ServerContext) -> tuple[torch.Tensor, dict]:
+        """θ ← θ + η_s·v, v ← m·v + Δ, Δ the N_k-weighted mean of the updates' deltas (one architecture)."""
         mean = reduce_updates(updates)
-        weights, opt_state = server_step(state.weights, mean.tensors["delta"], state.optimizer, ctx.server_lr,
-                                         ctx.server_momentum)
-        return ServerState(weights=weights, round=state.round + 1, optimizer=opt_state, extra=state.extra)
+        return server_step(weights, mean.tensors["delta"], optimizer_state, ctx.server_lr, ctx.server_momentum)

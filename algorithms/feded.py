@@ -23,7 +23,7 @@ with Adam on the first 80 % of those samples for a fixed number of steps of batc
 losses of :mod:`algorithms.common.distillation` (``mse_logits`` is the thesis's default). The student's
 weights become ``ServerState.weights``, so the platform's ``test_accuracy`` is the student's (FEDED-w*).
 
-Extra server metrics are stored in ``ServerState.extra["metrics"]`` (a flat dict of floats):
+Server metrics (``aggregate``'s second return, declared in ``FedED.metrics``):
 ``ensemble_accuracy`` (the configured scheme) and ``ensemble_<scheme>_accuracy`` for every scheme the client
 stage supports (w0, w1, mean; w2 with autoencoders): the accuracy of the weighted ensemble itself on the test
 set, ŷ = argmax_c Σ_k ω_k ⊙ softmax(f_k(x)), with w2 weighted by the AEs' losses on the test images (§2.7);
@@ -45,7 +45,7 @@ Deviations from the digest and choices (every documented alternative is a switch
   across classes (as the thesis and code); ``renormalize_teacher: true`` divides every teacher row by its sum.
 - **Student budget** is a step count: ``student_steps``; null = the thesis's MNIST/EMNIST epochs E_S (30 for
   w0/w1/mean, 100 for w2; ``student_epochs`` overrides E_S, e.g. 10/50 for CIFAR-10) times
-  ⌈0.8·|D_0| / B_S⌉ steps per epoch. Batches are slices of a seeded permutation (``ServerContext.generator``),
+  ⌈0.8·|D_0| / B_S⌉ steps per epoch. Batches are slices of a seeded permutation (``ServerContext.training_generator``, the training seed),
   reshuffled every pass; a last partial batch is kept (the code's sizes were all divisible by 50).
   ``student_lr`` null = the thesis's per-scheme value (1e-3 for w0/w1/mean, 1e-5 for w2).
 - **kl_soft** (never run in the thesis): the ensemble teacher is a probability vector with no logits, so the
@@ -61,7 +61,7 @@ Deviations from the digest and choices (every documented alternative is a switch
 - **Student initialisation**: the server model's initial weights (the init seed), kept in
   ``ServerState.extra["student_init"]``; every aggregate restarts from them (never warm-started, as the code).
   When the student has the local architecture it therefore starts at θ_init; the code drew a separate init.
-- **Autoencoders** come from ``platform.models.AUTOENCODERS`` (the code-faithful nets of §5.4). ``autoencoder:
+- **Autoencoders** come from ``algorithms.models.AUTOENCODERS`` (the code-faithful nets of §5.4). ``autoencoder:
   auto`` takes ``feded_mnist`` (latent 4) for one-channel inputs and ``feded_cifar`` (latent 64) otherwise;
   ``ae_latent`` replaces the two bottleneck layers to change the latent size. Inputs the AE cannot take (the
   8×8 digits, where the encoder reaches 0×0) are upsampled, nearest-neighbour, by the smallest integer factor
@@ -86,12 +86,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from algorithms.base import Algorithm, ClientContext, ClientUpdate, ServerContext, ServerState
+from algorithms.base import Algorithm, ClientContext, ClientUpdate, Metric, ServerContext, ServerState, register
 from algorithms.common import LocalTraining, get_flat_weights, set_flat_weights, train_local
 from algorithms.common.distillation import DISTILLATION_LOSSES, distill, distillation_loss
-from platform.errors import ConfigError
-from platform.models import AUTOENCODERS, build_autoencoder
-from platform.schema import spec
+from algorithms.errors import ConfigError
+from algorithms.models import AUTOENCODERS, build_autoencoder
+from algorithms.common.params import spec
 
 SCHEMES = ("w0", "w1", "w2", "mean")
 #: The thesis's student Adam learning rates (spec/feded.md §3, §6).
@@ -224,7 +224,7 @@ class FedEDHyperparams:
     train_autoencoders: bool = spec(True, doc="Clients train an AE and send l_k(x) (§2.5 steps 1–2). Needed "
                                               "for w2; on by default so every scheme reuses one cached client "
                                               "stage.")
-    autoencoder: str = spec("auto", doc="AE architecture (§5.4, platform.models.AUTOENCODERS): auto = "
+    autoencoder: str = spec("auto", doc="AE architecture (§5.4, algorithms.models.AUTOENCODERS): auto = "
                                         "feded_mnist for 1-channel inputs, feded_cifar otherwise.",
                             choices=AUTOENCODER_CHOICES)
     ae_latent: Optional[int] = spec(None, doc="AE latent size (§3, §5.4); null = the architecture's: 4 "
@@ -298,12 +298,22 @@ def _with_latent(ae: nn.Module, latent: int) -> nn.Module:
 # The algorithm
 # ---------------------------------------------------------------------------------------------------------------
 
+@register
 class FedED(Algorithm):
     name = "feded"
     Hyperparams = FedEDHyperparams
     summable = False
     heterogeneous_models = True
     clients_see_test_inputs = True
+    metrics = (
+        Metric("ensemble_accuracy", "max", "the configured scheme's weighted client ensemble on the test set"),
+        *(Metric(f"ensemble_{scheme}_accuracy", "max", f"the {scheme} ensemble on the test set")
+          for scheme in ("w0", "w1", "w2", "mean")),
+        Metric("student_train_loss", "min", "distillation loss of the student"),
+        Metric("student_val_agreement", "max", "student vs teacher argmax on the held-out 20 % of D_0"),
+        Metric("student_steps", "max", "student optimiser steps"), Metric("student_lr", "max", "student lr"),
+        Metric("distill_size", "max", "|D_0|, public samples distilled on"),
+    )
 
     def __init__(self, hparams=None):
         super().__init__(hparams)
@@ -404,20 +414,21 @@ class FedED(Algorithm):
         num_classes = public_probs.shape[1]
         tensors = {"public_probs": public_probs,
                    "label_counts": torch.bincount(client.y.long().cpu(), minlength=num_classes).float()}
-        if client.test_x is not None:
-            tensors["test_probs"] = predict_probs(model, client.test_x)
+        if client.global_test_x is not None:
+            tensors["test_probs"] = predict_probs(model, client.global_test_x)
         metrics = {"train_loss": train_loss}
         if self.hp.train_autoencoders:
             ae, scale, ae_loss = self.train_autoencoder(client)
             tensors["public_ae_loss"] = reconstruction_losses(ae, client.public_x, scale)
-            if client.test_x is not None:
-                tensors["test_ae_loss"] = reconstruction_losses(ae, client.test_x, scale)
+            if client.global_test_x is not None:
+                tensors["test_ae_loss"] = reconstruction_losses(ae, client.global_test_x, scale)
             metrics["ae_loss"] = ae_loss
         return ClientUpdate(weight=float(client.num_samples), tensors=tensors, metrics=metrics)
 
     # --- server stage ------------------------------------------------------------------------------------------
-    def init_server_state(self, initial_weights: torch.Tensor, ctx: ServerContext) -> ServerState:
-        return ServerState(weights=initial_weights.clone(), extra={"student_init": initial_weights.clone()})
+    def init_server_state(self, ctx: ServerContext) -> ServerState:
+        initial = get_flat_weights(ctx.model)  # the student (model.name); clients start from their own θ_init
+        return ServerState(weights=initial, extra={"student_init": initial.clone()})
 
     def scheme_weights(self, scheme: str, updates: Sequence[ClientUpdate], ae_key: Optional[str],
                        size: Optional[int] = None) -> torch.Tensor:
@@ -456,14 +467,14 @@ class FedED(Algorithm):
             metrics["ensemble_accuracy"] = metrics[f"ensemble_{self.hp.scheme}_accuracy"]
         return metrics
 
-    def aggregate(self, state: ServerState, updates: Sequence[ClientUpdate], ctx: ServerContext) -> ServerState:
+    def aggregate(self, state: ServerState, updates: Sequence[ClientUpdate],
+                  ctx: ServerContext) -> tuple[ServerState, dict]:
         hp = self.hp
         if any(u.num_clients != 1 for u in updates):
             raise ValueError("feded needs one update per client (summable = False), got a pre-reduced one")
         active = [u for u in updates if u.weight > 0]
         if not active:
-            return ServerState(weights=state.weights.clone(), round=state.round + 1, optimizer=state.optimizer,
-                               extra=state.extra)
+            return ServerState(weights=state.weights.clone(), optimizer=state.optimizer, extra=state.extra), {}
         if ctx.public_x is None:
             raise ValueError("feded needs public data on the server: set public.source")
         pool = len(ctx.public_x)
@@ -485,7 +496,7 @@ class FedED(Algorithm):
         optimizer = torch.optim.Adam(student.parameters(), lr=lr)
         loss_fn = distillation_loss(hp.loss, hp.temperature, teacher_kind="probs")
         train_loss = distill(student, x[:n_train], teacher[:n_train], loss_fn, optimizer, steps,
-                             hp.student_batch_size, ctx.generator)
+                             hp.student_batch_size, ctx.training_generator)
         metrics = {"student_train_loss": train_loss, "student_steps": float(steps), "student_lr": lr,
                    "distill_size": float(size)}
         if n_train < size:
@@ -496,8 +507,7 @@ class FedED(Algorithm):
             metrics["student_val_agreement"] = float((predicted == teacher[n_train:].argmax(dim=1)).double().mean())
         metrics.update(self.ensemble_metrics(active, ctx.test_y))
         student.eval()
-        return ServerState(weights=get_flat_weights(student), round=state.round + 1, optimizer=state.optimizer,
-                           extra={**state.extra, "metrics": metrics})
+        return ServerState(weights=get_flat_weights(student), optimizer=state.optimizer, extra=state.extra), metrics
 
 
 __all__ = ["FedED", "FedEDHyperparams", "SCHEMES", "ae_weights", "class_weights", "data_size_weights",

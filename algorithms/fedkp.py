@@ -62,8 +62,9 @@ Deviations from the digest and choices (each documented alternative is a config 
 - The KDE weighting variants of §3.10 (future work in the thesis) are not implemented.
 - Clients with no data return weight 0 and are left out of the KDE; with no client left θ is unchanged.
   FedKPPA's FedPA-phase clients report weight N_k (it only weights train_loss).
-- Diagnostics of the last round (iterations used, fraction of (start, coordinate) pairs still moving at
-  t_max, fraction of degenerate coordinates) are kept in ``ServerState.extra['fedkp']``.
+- Each round reports diagnostics as metrics: ``fedkp_iterations`` used, ``fedkp_unconverged_fraction`` of
+  (start, coordinate) pairs still moving at t_max, ``fedkp_degenerate_fraction`` of coordinates, and
+  ``fedkp_clients`` in the KDE.
 """
 from __future__ import annotations
 
@@ -73,12 +74,12 @@ from typing import Optional, Sequence
 
 import torch
 
-from algorithms.base import ClientContext, ClientUpdate, ServerContext, ServerState
+from algorithms.base import ClientContext, ClientUpdate, Metric, ServerContext, ServerState, register
 from algorithms.common import parameter_mask, server_step
 from algorithms.fedavg import FedAvg
 from algorithms.fedpa import FedPAClientOptions, fedpa_local, fedpa_stage_fields, in_burnin
-from platform.errors import ConfigError
-from platform.schema import spec
+from algorithms.errors import ConfigError
+from algorithms.common.params import spec
 
 KERNELS = ("epanechnikov", "gaussian")
 WEIGHT_PROFILES = ("kernel", "flat")
@@ -395,8 +396,15 @@ class FedKPPAHyperparams(FedPAClientOptions, FedKPCMHyperparams):
 # The algorithms
 # ---------------------------------------------------------------------------------------------------------------
 
+@register
 class FedKP(FedAvg):
     """FedAvg's clients; the server takes the mode (Alg. 9) or the mean of modes (Alg. 10) of θ_t + Δ_k."""
+
+    heterogeneous_models = False  # one weight vector: every client must run the server's architecture
+    metrics = (Metric("fedkp_iterations", "min", "mean-shift iterations used"),
+               Metric("fedkp_unconverged_fraction", "min", "(start, coordinate) pairs still moving at t_max"),
+               Metric("fedkp_degenerate_fraction", "min", "coordinates where every client agrees (zero IQR)"),
+               Metric("fedkp_clients", "max", "clients in the kernel density estimate"))
 
     name = "fedkp"
     Hyperparams = FedKPHyperparams
@@ -423,28 +431,32 @@ class FedKP(FedAvg):
                                relative_tol=hp.tol_mode == "relative", t_max=hp.t_max, chunk_size=hp.chunk_size,
                                mask=self.kde_mask(ctx), device=ctx.device)
 
-    def aggregate(self, state: ServerState, updates: Sequence[ClientUpdate], ctx: ServerContext) -> ServerState:
+    def aggregate(self, state: ServerState, updates: Sequence[ClientUpdate],
+                  ctx: ServerContext) -> tuple[ServerState, dict]:
         if any(u.num_clients != 1 for u in updates):
             raise ValueError(f"{self.name} needs one update per client (summable = False), got a pre-reduced one")
         deltas = [u.tensors["delta"] for u in updates if u.weight > 0]
         if not deltas:
-            return ServerState(weights=state.weights.clone(), round=state.round + 1, optimizer=state.optimizer,
-                               extra=state.extra)
+            return ServerState(weights=state.weights.clone(), optimizer=state.optimizer, extra=state.extra), \
+                {"fedkp_clients": 0.0}
         agg, diagnostics = self.server_aggregate(state.weights, deltas, ctx)
         if self.hp.use_server_optimizer:
             weights, opt_state = server_step(state.weights, agg - state.weights, state.optimizer, ctx.server_lr,
                                              ctx.server_momentum)
         else:
             weights, opt_state = agg, state.optimizer
-        return ServerState(weights=weights, round=state.round + 1, optimizer=opt_state,
-                           extra={**state.extra, "fedkp": {**diagnostics, "clients": len(deltas)}})
+        metrics = {f"fedkp_{k}": float(v) for k, v in diagnostics.items()}
+        metrics["fedkp_clients"] = float(len(deltas))
+        return ServerState(weights=weights, optimizer=opt_state, extra=state.extra), metrics
 
 
+@register
 class FedKPCM(FedKP):
     name = "fedkp_cm"
     Hyperparams = FedKPCMHyperparams
 
 
+@register
 class FedKPPA(FedKP):
     """FedKP_cm on the server; SGD clients before round B, FedPA clients (Δ = −Δ_i, i.e. x0 − Δ_i) from B on."""
 

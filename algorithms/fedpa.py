@@ -49,10 +49,10 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-from algorithms.base import ClientContext, ClientUpdate, ServerState
+from algorithms.base import ClientContext, ClientUpdate, ServerState, register
 from algorithms.common import get_flat_weights, set_flat_weights, train_local
 from algorithms.fedavg import FedAvg
-from platform.schema import spec
+from algorithms.common.params import spec
 
 Samples = Union[torch.Tensor, Sequence[torch.Tensor]]
 
@@ -189,10 +189,12 @@ def fedpa_stage_fields(opts: FedPAClientOptions, weighting: str) -> dict:
     return {"procedure": "fedpa", **fields, "weighting": weighting}
 
 
+@register
 class FedPA(FedAvg):
     name = "fedpa"
     Hyperparams = FedPAHyperparams
     summable = True
+    heterogeneous_models = False
 
     def client_stage_fields(self) -> dict:
         return fedpa_stage_fields(self.hp, self.hp.weighting)

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
-from algorithms.base import ClientContext
+from algorithms.base import ClientContext, register
 from algorithms.fedavg import FedAvg
-from platform.schema import spec
+from algorithms.common.params import spec
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class FedProxHyperparams:
                               "{0.01, 0.1, 0.5, 1}.", ge=0)
 
 
+@register
 class FedProx(FedAvg):
     name = "fedprox"
     Hyperparams = FedProxHyperparams

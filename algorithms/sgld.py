@@ -34,10 +34,10 @@ from typing import Optional, Sequence
 
 import torch
 
-from algorithms.base import ClientContext, ClientUpdate, ServerContext, ServerState, reduce_updates
+from algorithms.base import ClientContext, ClientUpdate, ServerContext, ServerState, reduce_updates, register
 from algorithms.common import server_step
 from algorithms.fedavg import FedAvg
-from platform.schema import spec
+from algorithms.common.params import spec
 
 
 def langevin_std(client_lr: float, rule: str = "code", noise_std: Optional[float] = None) -> float:
@@ -66,10 +66,12 @@ class SGLDHyperparams:
                                               "or chain_state.", choices=("chain_average", "chain_state"))
 
 
+@register
 class SGLD(FedAvg):
     name = "sgld"
     Hyperparams = SGLDHyperparams
     summable = True
+    heterogeneous_models = False
 
     def client_stage_fields(self) -> dict:
         return {"procedure": "local_sgd_langevin_noise", "noise_rule": self.hp.noise_rule,
@@ -97,11 +99,11 @@ class SGLD(FedAvg):
             return torch.zeros_like(mean.tensors["noise"])
         return mean.tensors["noise"] * math.sqrt(mean.weight / q)
 
-    def aggregate(self, state: ServerState, updates: Sequence[ClientUpdate], ctx: ServerContext) -> ServerState:
+    def aggregate(self, state: ServerState, updates: Sequence[ClientUpdate],
+                  ctx: ServerContext) -> tuple[ServerState, dict]:
         mean = reduce_updates(updates)
         if mean.weight <= 0:
-            return ServerState(weights=state.weights, round=state.round + 1, optimizer=state.optimizer,
-                               extra=state.extra)
+            return ServerState(weights=state.weights, optimizer=state.optimizer, extra=state.extra), {}
         step = mean.tensors["delta"] + self.combined_noise(mean)
         weights, opt_state = server_step(state.weights, step, state.optimizer, ctx.server_lr, ctx.server_momentum)
         extra = dict(state.extra)
@@ -110,7 +112,7 @@ class SGLD(FedAvg):
             average = extra.get("chain_average")
             extra["chain_average"] = weights.clone() if average is None else average + (weights - average) / count
             extra["chain_count"] = count
-        return ServerState(weights=weights, round=state.round + 1, optimizer=opt_state, extra=extra)
+        return ServerState(weights=weights, optimizer=opt_state, extra=extra), {}
 
     def evaluation_weights(self, state: ServerState) -> torch.Tensor:
         if self.hp.evaluate == "chain_average" and state.extra.get("chain_average") is not None:

@@ -2,7 +2,9 @@
 
 A *stage* is expensive work whose result depends only on some config fields: FedKP's one-round client
 training, FedED's client stage, FedAUX's pre-training and scores. Its key is the SHA-256 of the stage name,
-the stage's code version and exactly the config fields it reads (canonical JSON). Entries are written to a
+the stage's code version (:func:`code_version`: a hash of the source of the modules that compute it, so editing
+that code invalidates old entries without anyone remembering to bump a number) and exactly the config fields it
+reads (canonical JSON). Entries are written to a
 temporary file and renamed into place, so a reader sees a whole entry or none; a per-key file lock makes a
 second trial that wants the same entry wait for the first instead of computing it again.
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import inspect
 import json
 import os
 import tempfile
@@ -40,6 +43,24 @@ def stage_key(stage: str, version: str, fields: dict[str, Any]) -> str:
     payload = json.dumps({"stage": stage, "version": version, "format": CACHE_FORMAT, "fields": _canonical(fields)},
                          sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def code_version(*objects: Any) -> str:
+    """A short hash of the source of the modules defining ``objects`` (modules, classes or functions).
+
+    Keyed by module name and file content, not path, so every node and every clone of the same commit agrees.
+    """
+    modules = {}
+    for obj in objects:
+        module = obj if inspect.ismodule(obj) else inspect.getmodule(obj)
+        if module is None or not getattr(module, "__file__", None):
+            raise ValueError(f"cannot locate the source of {obj!r}")
+        modules[module.__name__] = module.__file__
+    digest = hashlib.sha256()
+    for name in sorted(modules):
+        with open(modules[name], "rb") as fh:
+            digest.update(name.encode() + b"\0" + fh.read() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True)

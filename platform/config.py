@@ -119,16 +119,25 @@ class PartitionConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     name: str = spec("cnn", doc="Model name (the global/server model); see platform.models.MODELS.")
-    architectures: Optional[list[str]] = spec(
-        None, doc="Heterogeneous clients: model names assigned to clients in contiguous blocks (e.g. "
-                  "[lenet, alexnet, resnet18, shufflenet_v2] gives 5 clients each of 20, as in MNFL). Only for "
-                  "methods that exchange predictions rather than weights (distillation).")
+    architectures: Optional[list[Any]] = spec(
+        None, doc="Heterogeneous clients: a list of model names (equal shares, e.g. [lenet, alexnet, resnet18, "
+                  "shufflenet_v2] gives 5 clients each of 20, as in MNFL) or of {name, share} mappings (shares "
+                  "are normalised; client counts by largest remainder). Only for methods that declare "
+                  "heterogeneous_models: weight-averaging ones average within each architecture.")
+    assignment: str = spec("random", doc="Which clients get which architecture: random (a permutation seeded by "
+                                         "the partition seed, so architecture and data stay uncorrelated; "
+                                         "spec/mnfl.md §10 item 25) or blocks (contiguous client ids, the MNFL "
+                                         "reference code).", choices=("random", "blocks"))
 
     def validate(self, path: str) -> None:
         from platform.models import MODELS
 
         if self.name not in MODELS:
             raise ConfigError(f"{path}.name", f"unknown model {self.name!r}; allowed: {', '.join(MODELS)}")
+        if self.architectures is not None:
+            from platform.models import architecture_shares
+
+            architecture_shares(self.architectures, f"{path}.architectures" if path else "model.architectures")
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,9 @@ class ClientsConfig:
     lr: float = spec(0.05, doc="η, local learning rate.", gt=0)
     momentum: float = spec(0.0, doc="Local SGD momentum (a fresh optimiser every round).", ge=0, lt=1)
     weight_decay: float = spec(0.0, doc="Local weight decay.", ge=0)
+    state_memory_mb: float = spec(1024.0, doc="Memory bound of the client-state store (personalised models, "
+                                              "optimiser states) on each parameter server; past it, the least "
+                                              "recently used states spill to the server's local disk.", ge=0)
 
     def validate(self, path: str) -> None:
         if self.clients_per_round > self.num_clients:
@@ -152,6 +164,10 @@ class ClientsConfig:
 class ServerConfig:
     lr: float = spec(1.0, doc="Server learning rate η_s applied to the averaged update (1 = plain FedAvg).", gt=0)
     momentum: float = spec(0.0, doc="Server momentum (FedAvgM, Hsu et al. 2019); 0 = none.", ge=0, lt=1)
+    val_fraction: float = spec(0.1, doc="Share of the training pool held out as the server's validation split "
+                                        "(stratified, seeded by the partition seed; never from the test set). "
+                                        "val_accuracy/val_loss are measured on it, and sweeps select on them. "
+                                        "0 = no split (then val_* metrics are not reported).", ge=0, lt=1)
 
 
 @dataclass(frozen=True)
@@ -220,17 +236,17 @@ class ExperimentConfig:
 
 
 def _build_algorithm(data: Any) -> AlgorithmConfig:
-    from algorithms import ALGORITHMS
+    from algorithms import resolve_algorithm
 
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError("algorithm", f"must be a mapping with a name, got {data!r}")
     name = data.get("name", "fedavg")
-    if name not in ALGORITHMS:
-        raise ConfigError("algorithm.name", f"unknown algorithm {name!r}; allowed: {', '.join(ALGORITHMS)}")
+    if not isinstance(name, str):
+        raise ConfigError("algorithm.name", f"must be a string, got {name!r}")
     params = {k: v for k, v in data.items() if k != "name"}
-    hp_cls = ALGORITHMS[name].Hyperparams
+    hp_cls = resolve_algorithm(name).Hyperparams
     try:
         hparams = build(hp_cls, params, "algorithm")
     except ConfigError as err:
@@ -264,16 +280,22 @@ def _check_cross_section(config: ExperimentConfig) -> None:
     check_public_available(config.public, config.dataset)
     if config.mode == "one_round" and config.rounds != 1:
         raise ConfigError("rounds", f"must be 1 when mode is one_round, got {config.rounds}")
+    from algorithms import ALGORITHMS, resolve_algorithm
+
+    algorithm = resolve_algorithm(config.algorithm.name)
     if config.model.architectures is not None:
-        from algorithms import ALGORITHMS
         from platform.models import assign_architectures
 
-        if not ALGORITHMS[config.algorithm.name].heterogeneous_models:
+        if not algorithm.heterogeneous_models:
             capable = [n for n, a in ALGORITHMS.items() if a.heterogeneous_models]
-            raise ConfigError("model.architectures", f"algorithm {config.algorithm.name!r} averages weights, so all "
-                                                     f"clients need one architecture; heterogeneous clients work with: "
-                                                     f"{', '.join(capable) or 'no algorithm yet'}")
+            raise ConfigError("model.architectures", f"algorithm {config.algorithm.name!r} keeps one weight vector "
+                                                     f"for all clients, so all clients need one architecture; "
+                                                     f"heterogeneous clients work with: {', '.join(capable)}")
         assign_architectures(config.model.architectures, config.clients.num_clients)
+    if algorithm.evaluates_clients and config.partition.val_fraction == 0 and config.partition.test_fraction == 0:
+        raise ConfigError("partition.val_fraction", f"algorithm {config.algorithm.name!r} judges each client on its "
+                                                    f"own validation and test splits: set partition.val_fraction "
+                                                    f"and/or partition.test_fraction > 0")
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -8,10 +8,13 @@ import argparse
 import os
 import sys
 import time
+from typing import Optional
 
 from platform.cli import connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
-from platform.config import load_experiment, parse_override, load_yaml, apply_overrides, build_experiment
+from platform.config import apply_overrides, build_experiment, load_yaml, parse_override
 from platform.errors import UserError
+from platform.run_schema import (METRIC_FINAL, STATUS_COMPLETED, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,
+                                 TAG_COMMAND, TAG_GIT_COMMIT, TAG_STATUS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,21 +43,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_config(target: str, overrides: list[str]):
-    """(config, experiment name) for a YAML path or a search-space name."""
-    if os.path.isfile(target):
-        return load_experiment(target, overrides), os.path.splitext(os.path.basename(target))[0]
+    """(config, experiment name) for an experiment YAML, a search-space YAML (its base config) or a search-space
+    name. A file is a search space when it has a ``base`` section."""
     from platform.search_space import find_search_space
 
-    try:
-        path = find_search_space(target)
-    except UserError:
-        raise UserError(f"no config file or search space named {target!r}") from None
+    if os.path.isfile(target):
+        path = target
+    else:
+        try:
+            path = find_search_space(target)
+        except UserError:
+            raise UserError(f"no config file or search space named {target!r}") from None
     raw = load_yaml(path) or {}
-    base = dict(raw.get("base") or {})
-    if raw.get("resources") is not None:
-        base.setdefault("resources", raw["resources"])
+    name = os.path.splitext(os.path.basename(path))[0]
     parsed = dict(parse_override(o) for o in overrides)
-    return build_experiment(apply_overrides(base, parsed)), os.path.splitext(os.path.basename(path))[0]
+    if isinstance(raw, dict) and "base" in raw:  # a search space: run its base config
+        base = dict(raw.get("base") or {})
+        if raw.get("resources") is not None:
+            base.setdefault("resources", raw["resources"])
+        return build_experiment(apply_overrides(base, parsed)), name
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: an experiment config must be a mapping of sections")
+    return build_experiment(apply_overrides(raw, parsed)), name
 
 
 PROFILE_PHASES = ("sample", "broadcast", "local_train", "aggregate", "evaluate", "tracking")
@@ -84,9 +94,9 @@ def profile_table(rounds: list[dict]) -> str:
 
 
 def _format(metrics: dict) -> str:
-    return (f"round {metrics['round']:>3}  test_accuracy {metrics['test_accuracy']:.4f}  "
-            f"test_loss {metrics['test_loss']:.4f}  train_loss {metrics.get('train_loss', float('nan')):.4f}  "
-            f"{metrics['seconds']:.2f}s")
+    figures = [f"{k} {metrics[k]:.4f}" for k in ("val_accuracy", "test_accuracy", "test_loss", "train_loss")
+               if k in metrics]
+    return f"round {metrics['round']:>3}  " + "  ".join(figures) + f"  {metrics['seconds']:.2f}s"
 
 
 @main_wrapper
@@ -94,47 +104,24 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     config, experiment = resolve_config(args.config, args.overrides)
     quiet_libraries()
-    from platform.tracking import (Tracker, command_line, git_commit, log_partition, resolve_tracking_uri, results_home,
-                                   ui_command)
+    from platform.tracking import Tracker, resolve_tracking_uri, results_home, ui_command
+    from platform.runtime.trial import start_federations, stop_federations
 
     uri = None if args.no_mlflow else resolve_tracking_uri(args.tracking_uri)
     leave_ray_job_working_dir(results_home())
-    from platform.cache import open_cache
-    from platform.runtime.trial import run_one_round, run_rounds, start_federations, stop_federations
-
-    tracker = run_id = None
     connect_ray(args.address)
     print(f"{config.algorithm.name} on {config.dataset.name}: {config.clients.num_clients} clients, "
           f"{config.clients.clients_per_round} per round, {config.rounds} rounds", flush=True)
     federations = start_federations(config, [config.seed], lazy_clients=config.mode == "one_round")
+    tracker = None if args.no_mlflow else Tracker(uri, args.experiment or experiment)
+    run_id = None
     status = "FAILED"
     try:
-        if not args.no_mlflow:
-            tracker = Tracker(uri, args.experiment or experiment)
-            run_id = tracker.start_run(name=f"{config.algorithm.name}-seed{config.seed}",
-                                       tags={"status": "running", "mlflow.source.git.commit": git_commit(),
-                                             "fedsweep.command": command_line("platform.run", argv)})
-            tracker.log_params(run_id, config.flat())
-            data = federations[0].data
-            summary = log_partition(tracker, run_id, config, data.train_labels, data.num_classes, data.train_groups,
-                                    data.train_coarse_labels)
-            if args.show_partition:
-                print(summary)
-        last = {}
-        profile = []
-        rounds = ([run_one_round(federations, open_cache(args.cache_dir, not args.no_cache))]
-                  if config.mode == "one_round" else run_rounds(federations, config.rounds))
-        for metrics in rounds:
-            print(_format(metrics), flush=True)
-            started = time.perf_counter()
-            if tracker:
-                tracker.log_metrics(run_id, {k: v for k, v in metrics.items() if k != "round"}, step=metrics["round"])
-            metrics["tracking_seconds"] = time.perf_counter() - started
-            profile.append(metrics)
-            last = metrics
-        if tracker:
-            tracker.log_metrics(run_id, {f"final_{k}": v for k, v in last.items() if k != "round"},
-                                step=last["round"])
+        run_id = _open_run(tracker, config, argv)
+        summary = _log_partition(tracker, run_id, config, federations[0].data)
+        if args.show_partition:
+            print(summary)
+        profile = _run_rounds(federations, config, args, tracker, run_id)
         if args.profile:
             table = profile_table(profile)
             print(table)
@@ -147,10 +134,60 @@ def main(argv=None) -> int:
     finally:
         stop_federations(federations)
         if tracker and run_id:
-            tracker.set_tag(run_id, "status", {"FINISHED": "completed", "KILLED": "interrupted"}.get(status, "failed"))
+            tracker.set_tag(run_id, TAG_STATUS, {"FINISHED": STATUS_COMPLETED, "KILLED": STATUS_INTERRUPTED}.get(
+                status, STATUS_FAILED))
             tracker.end_run(run_id, status)
             print(f"results: {ui_command(uri)}", flush=True)
     return 0
+
+
+def _open_run(tracker, config, argv) -> Optional[str]:
+    """The experiment's MLflow run with the flattened config as params (None without MLflow)."""
+    if tracker is None:
+        return None
+    from platform.tracking import command_line, git_commit
+
+    run_id = tracker.start_run(name=f"{config.algorithm.name}-seed{config.seed}",
+                               tags={TAG_STATUS: STATUS_RUNNING, TAG_GIT_COMMIT: git_commit(),
+                                     TAG_COMMAND: command_line("platform.run", argv)})
+    tracker.log_params(run_id, config.flat())
+    return run_id
+
+
+def _log_partition(tracker, run_id, config, data) -> str:
+    """The client × class count table; logged with its heat-map when tracking."""
+    from platform.data.partition import partition_clients
+    from platform.data.summary import partition_summary
+    from platform.tracking import log_partition
+
+    if tracker is not None:
+        return log_partition(tracker, run_id, config, data.train_labels, data.num_classes, data.train_groups,
+                             data.train_coarse_labels)
+    parts = partition_clients(data.train_labels, config.partition, config.clients.num_clients,
+                              config.stream_seed("partition"), data.train_groups, data.train_coarse_labels)
+    return partition_summary(data.train_labels, parts, data.num_classes)
+
+
+def _run_rounds(federations, config, args, tracker, run_id) -> list[dict]:
+    """Run every round (or the cached one-round analysis), print and log each; returns the rounds' metrics."""
+    from platform.cache import open_cache
+    from platform.runtime.trial import run_one_round, run_rounds
+
+    rounds = ([run_one_round(federations, open_cache(args.cache_dir, not args.no_cache))]
+              if config.mode == "one_round" else run_rounds(federations, config.rounds))
+    profile = []
+    for metrics in rounds:
+        print(_format(metrics), flush=True)
+        started = time.perf_counter()
+        if tracker:
+            tracker.log_metrics(run_id, {k: v for k, v in metrics.items() if k != "round"}, step=metrics["round"])
+        metrics["tracking_seconds"] = time.perf_counter() - started
+        profile.append(metrics)
+    if tracker and profile:
+        last = profile[-1]
+        tracker.log_metrics(run_id, {f"{METRIC_FINAL}{k}": v for k, v in last.items() if k != "round"},
+                            step=last["round"])
+    return profile
 
 
 if __name__ == "__main__":

@@ -11,15 +11,8 @@ import types
 import typing
 from typing import Any, Literal, Union
 
+from algorithms.common.params import spec  # noqa: F401  (re-exported: platform.schema.spec)
 from platform.errors import ConfigError
-
-
-def spec(default: Any = dataclasses.MISSING, *, doc: str = "", factory: Any = dataclasses.MISSING, **rules: Any):
-    """A dataclass field with a docstring and validation rules (ge, gt, le, lt, choices)."""
-    metadata = {"doc": doc, **rules}
-    if factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=factory, metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
 
 
 def _type_name(tp: Any) -> str:

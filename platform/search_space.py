@@ -9,15 +9,20 @@ Example::
       algorithm.name: {choice: [fedavg, fedprox]}
       algorithm.mu: {loguniform: [0.001, 1.0], when: {algorithm.name: fedprox}}
       clients.lr: {loguniform: [0.01, 0.3]}
-    search: {searcher: tpe, num_samples: 6, metric: test_accuracy, mode: max, seeds: [0],
+    search: {searcher: tpe, num_samples: 6, metric: val_accuracy, seeds: [0],
              scheduler: {kind: asha, grace_period: 2}}
     resources: {cpu: 1, gpu: 0}
 
 ``when`` makes a parameter conditional: it is sampled only in trials whose earlier parameters take the
 given value (or one of a list of values).
+
+``search.metric`` may be any metric that every algorithm the space can run declares (``Algorithm.declared_metrics``:
+``val_accuracy`` for all); ``search.mode`` defaults to the metric's declared direction. Select on validation:
+test metrics are reported, and selecting on one prints a warning.
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 from dataclasses import dataclass, field
@@ -28,7 +33,6 @@ from platform.errors import ConfigError, UserError
 from platform.schema import build, spec
 
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice", "grid")
-METRICS = ("test_accuracy", "test_loss", "train_loss")
 SEARCHERS = ("tpe", "random", "grid")
 
 
@@ -95,9 +99,10 @@ class SchedulerConfig:
 class SearchConfig:
     searcher: str = spec("tpe", doc="Optuna TPE, Optuna random sampling, or a full grid.", choices=SEARCHERS)
     num_samples: int = spec(6, doc="Trials (grid: repetitions of the whole grid).", ge=1)
-    metric: str = spec("test_accuracy", doc="Reported metric the searcher optimises (last round).",
-                       choices=METRICS)
-    mode: str = spec("max", doc="max or min.", choices=("max", "min"))
+    metric: str = spec("val_accuracy", doc="Reported metric the searcher optimises (last round): one every "
+                                           "algorithm of the space declares (val_accuracy for all).")
+    mode: Optional[str] = spec(None, doc="max or min; null = the metric's declared direction.",
+                               choices=("max", "min"))
     scheduler: SchedulerConfig = spec(factory=SchedulerConfig)
     seeds: Optional[list[int]] = spec(None, doc="Run every configuration on each seed; report mean and std.")
     max_concurrent_trials: Optional[int] = spec(None, doc="Trials at once; default: as resources allow.", ge=1)
@@ -195,8 +200,33 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
                                                            f"got {search.scheduler.grace_period}")
     space = SearchSpace(os.path.splitext(os.path.basename(path))[0], os.path.abspath(path),
                         str(raw.get("description") or ""), base, parameters, search)
-    _validate_parameter_values(space)
-    return space
+    configs = _validate_parameter_values(space)
+    return dataclasses.replace(space, search=dataclasses.replace(search, mode=_selection_mode(search, configs)))
+
+
+def _selection_mode(search: SearchConfig, configs: list) -> str:
+    """Check ``search.metric`` is declared by every algorithm the space can run; return its mode."""
+    from algorithms import resolve_algorithm
+    from algorithms.base import describe_metrics
+
+    names = list(dict.fromkeys(c.algorithm.name for c in configs))
+    declared = {name: resolve_algorithm(name).declared_metrics() for name in names}
+    common = {k: m for k, m in declared[names[0]].items() if all(k in d for d in declared.values())}
+    if search.metric not in common:
+        missing = [n for n in names if search.metric not in declared[n]]
+        raise ConfigError("search.metric", f"unknown metric {search.metric!r} for {', '.join(missing)}; known: "
+                                           f"{describe_metrics(common)}")
+    metric = common[search.metric]
+    if search.mode is not None and search.mode != metric.mode:
+        raise ConfigError("search.mode", f"{metric.name} is better when {'higher' if metric.mode == 'max' else 'lower'}"
+                                         f" (mode {metric.mode}), got {search.mode}")
+    if metric.name.startswith("val_"):
+        for c in configs:
+            global_model = resolve_algorithm(c.algorithm.name).evaluates_clients is False
+            if global_model and c.server.val_fraction == 0:
+                raise ConfigError("search.metric", f"{metric.name} is measured on the server's validation split: set "
+                                                   f"base.server.val_fraction > 0 (it is 0)")
+    return metric.mode
 
 
 def _dependency_order(parameters: dict[str, Distribution]) -> dict[str, Distribution]:
@@ -216,8 +246,9 @@ def _dependency_order(parameters: dict[str, Distribution]) -> dict[str, Distribu
     return ordered
 
 
-def _validate_parameter_values(space: SearchSpace) -> None:
-    """Every parameter must be a config key, and every value it can take must pass config validation.
+def _validate_parameter_values(space: SearchSpace) -> list:
+    """Every parameter must be a config key, and every value it can take must pass config validation; returns
+    the configurations tried (the base and one per candidate value).
 
     Also enforces the ASHA burn-in rule on every configuration tried: a scheduler may only stop a trial
     after its method's burn-in plus ``burnin_margin`` rounds.
@@ -234,16 +265,20 @@ def _validate_parameter_values(space: SearchSpace) -> None:
                 raise ConfigError(f"parameters.{key}", f"value {value!r} is invalid: {err}") from None
     scheduler = space.search.scheduler
     if scheduler.kind == "asha":
-        from algorithms import ALGORITHMS
+        from algorithms import resolve_algorithm
 
-        worst = max(configs, key=lambda c: ALGORITHMS[c.algorithm.name](c.algorithm.params).burn_in_rounds())
-        burn_in = ALGORITHMS[worst.algorithm.name](worst.algorithm.params).burn_in_rounds()
+        def burn_in_of(c) -> int:
+            return resolve_algorithm(c.algorithm.name)(c.algorithm.params).burn_in_rounds()
+
+        worst = max(configs, key=burn_in_of)
+        burn_in = burn_in_of(worst)
         if burn_in and scheduler.grace_period < burn_in + scheduler.burnin_margin:
             raise ConfigError("search.scheduler.grace_period",
                               f"must be >= burn-in + burnin_margin = {burn_in} + {scheduler.burnin_margin} "
                               f"= {burn_in + scheduler.burnin_margin} ({worst.algorithm.name} burns in for up to "
                               f"{burn_in} rounds); ASHA must not stop a trial before the method's gain can appear "
                               f"(spec/fedkp_fedpa.md §13), got {scheduler.grace_period}")
+    return configs
 
 
 def grid_points(space: SearchSpace) -> list[dict]:

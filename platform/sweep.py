@@ -16,6 +16,9 @@ from typing import Optional
 from platform.cli import connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
 from platform.config import parse_override
 from platform.errors import UserError
+from platform.run_schema import (PARAM_BASE, PARAM_SEARCH, PARAM_SPACE, STATUS_COMPLETED, STATUS_FAILED,
+                                 STATUS_INTERRUPTED, STATUS_RUNNING, TAG_BEST_PREFIX, TAG_COMMAND, TAG_DESCRIPTION,
+                                 TAG_GIT_COMMIT, TAG_SEARCH_SPACE, TAG_STATUS, METRIC_BEST)
 from platform.search_space import available_search_spaces, grid_points, load_search_space
 
 STATE_FILE = "fedsweep_sweep.json"  # in the Tune experiment directory: links it to its MLflow parent run
@@ -140,82 +143,117 @@ def main(argv=None) -> int:
 
 
 def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
-    from ray import tune
-
-    from platform.cache import default_cache_root
-    from platform.runtime.federation import share_dataset
-    from platform.runtime.placement import trial_bundles
-    from platform.runtime.trial import sweep_trial
-    from platform.tracking import MlflowSweepCallback, Tracker, command_line, git_commit, ui_command
+    """Open (or reopen) the parent run, run the trials with Tune, report the best, and always close the parent."""
+    from platform.tracking import MlflowSweepCallback, Tracker, ui_command
 
     tracker = Tracker(tracking_uri, space.name)
-    if resume_dir:
-        with open(os.path.join(resume_dir, STATE_FILE)) as fh:
-            parent_run_id = json.load(fh)["parent_run_id"]
-        tracker.set_tag(parent_run_id, "status", "running")
-        tracker.client.update_run(parent_run_id, status="RUNNING")
-    else:
-        parent_run_id = tracker.start_run(
-            name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
-            tags={"fedsweep.search_space": space.name, "mlflow.source.git.commit": git_commit(),
-                  "fedsweep.command": command_line("platform.sweep", args.argv), "status": "running",
-                  "fedsweep.description": space.description})
-        tracker.log_params(parent_run_id, {
-            **{f"base.{k}": v for k, v in base_config.flat().items()},
-            **{f"space.{k}": f"{d.kind}{list(d.args)}" + (f" when {d.when}" if d.when else "")
-               for k, d in space.parameters.items()},
-            **{f"search.{k}": v for k, v in vars(space.search).items() if k != "scheduler"},
-            "search.scheduler": space.search.scheduler.kind, "search.seeds": space.seeds})
+    parent_run_id = _open_parent_run(tracker, args, space, base_config, resume_dir)
     status = "FAILED"
     callback = None
     try:
         mode = connect_ray(args.address)
         print(f"sweep {space.name}: {space.search.num_samples} trial(s) x {len(space.seeds)} seed(s), "
-              f"{base_config.rounds} rounds, searcher {space.search.searcher}, Ray {mode}", flush=True)
-        expected_trials = space.search.num_samples * (len(grid_points(space)) if space.search.searcher == "grid"
-                                                      else 1)
+              f"{base_config.rounds} rounds, searcher {space.search.searcher}, selecting on {space.search.metric} "
+              f"({space.search.mode}), Ray {mode}", flush=True)
+        if space.search.metric.startswith("test_"):
+            print(f"warning: search.metric {space.search.metric} selects on the test set; select on a validation "
+                  f"metric (val_accuracy) and report test", file=sys.stderr, flush=True)
+        from platform.runtime.federation import share_dataset
+
+        expected_trials = _expected_trials(space)
         shared = share_dataset(base_config)  # into the object store once, for every trial
         callback = MlflowSweepCallback(tracker, parent_run_id, space, base_config.rounds, expected_trials,
                                        quiet=args.quiet, shared=shared)
-        trainable = tune.with_resources(
-            tune.with_parameters(sweep_trial, base=space.base, seeds=space.seeds, shared=shared,
-                                 checkpoint_every=space.search.checkpoint_every,
-                                 cache_root=os.path.abspath(args.cache_dir or default_cache_root()),
-                                 use_cache=not args.no_cache),
-            tune.PlacementGroupFactory(trial_bundles(base_config.resources)))
+        trainable = _trainable(space, base_config, shared, args)
         if resume_dir:
+            from ray import tune
+
             tuner = tune.Tuner.restore(resume_dir, trainable, resume_unfinished=True, resume_errored=True)
         else:
-            name = f"{space.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-            os.makedirs(os.path.join(storage, name), exist_ok=True)
-            with open(os.path.join(storage, name, STATE_FILE), "w") as fh:
-                json.dump({"parent_run_id": parent_run_id, "tracking_uri": tracking_uri,
-                           "search_space": space.path}, fh)
-            search = space.search
-            param_space = ({"params": tune.grid_search(grid_points(space))} if search.searcher == "grid" else None)
-            tuner = tune.Tuner(
-                trainable, param_space=param_space,
-                tune_config=tune.TuneConfig(
-                    search_alg=_make_searcher(space), scheduler=_make_scheduler(space, base_config.rounds),
-                    num_samples=search.num_samples, metric=search.metric, mode=search.mode,
-                    max_concurrent_trials=search.max_concurrent_trials,
-                    reuse_actors=True),  # a finished trial's process and actors serve the next (WarmActors)
-                run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=[callback], verbose=0,
-                                          failure_config=tune.FailureConfig(max_failures=0),
-                                          checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
+            tuner = _new_tuner(trainable, space, base_config, storage, callback, parent_run_id, tracking_uri)
         grid = tuner.fit()
         status = _report(grid, space, tracker, parent_run_id, callback, expected_trials)
     except KeyboardInterrupt:
         status = "KILLED"
         if callback is not None:
-            callback.close_open_runs("interrupted", "KILLED")
+            callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
         raise
     finally:
-        tracker.set_tag(parent_run_id, "status", {"FINISHED": "completed", "KILLED": "interrupted"}.get(
-            status, "failed"))
+        tracker.set_tag(parent_run_id, TAG_STATUS, _STATUS_TAGS.get(status, STATUS_FAILED))
         tracker.end_run(parent_run_id, status)
         print(f"results: {ui_command(tracking_uri)}", flush=True)
     return {"FINISHED": 0, "KILLED": 130}.get(status, 1)
+
+
+_STATUS_TAGS = {"FINISHED": STATUS_COMPLETED, "KILLED": STATUS_INTERRUPTED}
+
+
+def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
+    """The sweep's parent MLflow run: reopened when resuming, else created with the base config, the space and the
+    search settings as params."""
+    from platform.tracking import command_line, git_commit
+
+    if resume_dir:
+        with open(os.path.join(resume_dir, STATE_FILE)) as fh:
+            parent_run_id = json.load(fh)["parent_run_id"]
+        tracker.set_tag(parent_run_id, TAG_STATUS, STATUS_RUNNING)
+        tracker.client.update_run(parent_run_id, status="RUNNING")
+        return parent_run_id
+    parent_run_id = tracker.start_run(
+        name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
+        tags={TAG_SEARCH_SPACE: space.name, TAG_GIT_COMMIT: git_commit(),
+              TAG_COMMAND: command_line("platform.sweep", args.argv), TAG_STATUS: STATUS_RUNNING,
+              TAG_DESCRIPTION: space.description})
+    tracker.log_params(parent_run_id, {
+        **{f"{PARAM_BASE}{k}": v for k, v in base_config.flat().items()},
+        **{f"{PARAM_SPACE}{k}": f"{d.kind}{list(d.args)}" + (f" when {d.when}" if d.when else "")
+           for k, d in space.parameters.items()},
+        **{f"{PARAM_SEARCH}{k}": v for k, v in vars(space.search).items() if k != "scheduler"},
+        f"{PARAM_SEARCH}scheduler": space.search.scheduler.kind, f"{PARAM_SEARCH}seeds": space.seeds})
+    return parent_run_id
+
+
+def _expected_trials(space) -> int:
+    return space.search.num_samples * (len(grid_points(space)) if space.search.searcher == "grid" else 1)
+
+
+def _trainable(space, base_config, shared, args):
+    """The Tune trainable: :func:`platform.runtime.trial.sweep_trial` with the sweep's fixed arguments, in one
+    placement group per trial (bundles for the trial loop, the parameter server and the client actors)."""
+    from ray import tune
+
+    from platform.cache import default_cache_root
+    from platform.runtime.placement import trial_bundles
+    from platform.runtime.trial import sweep_trial
+
+    return tune.with_resources(
+        tune.with_parameters(sweep_trial, base=space.base, seeds=space.seeds, shared=shared,
+                             checkpoint_every=space.search.checkpoint_every,
+                             cache_root=os.path.abspath(args.cache_dir or default_cache_root()),
+                             use_cache=not args.no_cache),
+        tune.PlacementGroupFactory(trial_bundles(base_config.resources)))
+
+
+def _new_tuner(trainable, space, base_config, storage, callback, parent_run_id, tracking_uri):
+    """A Tuner for a new sweep; its experiment directory records the parent run, for ``--resume``."""
+    from ray import tune
+
+    name = f"{space.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    os.makedirs(os.path.join(storage, name), exist_ok=True)
+    with open(os.path.join(storage, name, STATE_FILE), "w") as fh:
+        json.dump({"parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "search_space": space.path}, fh)
+    search = space.search
+    param_space = {"params": tune.grid_search(grid_points(space))} if search.searcher == "grid" else None
+    return tune.Tuner(
+        trainable, param_space=param_space,
+        tune_config=tune.TuneConfig(
+            search_alg=_make_searcher(space), scheduler=_make_scheduler(space, base_config.rounds),
+            num_samples=search.num_samples, metric=search.metric, mode=search.mode,
+            max_concurrent_trials=search.max_concurrent_trials,
+            reuse_actors=True),  # a finished trial's process and actors serve the next (WarmActors)
+        run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=[callback], verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=0),
+                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
 
 
 def _interrupted(grid, expected: int) -> bool:
@@ -227,7 +265,7 @@ def _interrupted(grid, expected: int) -> bool:
 def _report(grid, space, tracker, parent_run_id, callback, expected: int) -> str:
     metric, mode = space.search.metric, space.search.mode
     if _interrupted(grid, expected):
-        callback.close_open_runs("interrupted", "KILLED")
+        callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
         print(f"\ninterrupted; continue with: python -m platform.sweep {space.name} --resume", file=sys.stderr)
         return "KILLED"
     finished = [r for r in grid if r.error is None and r.metrics and metric in r.metrics]
@@ -240,10 +278,10 @@ def _report(grid, space, tracker, parent_run_id, callback, expected: int) -> str
     std = best.metrics.get(f"{metric}_std")
     figure = f"{best.metrics[metric]:.4f}" + (f" ± {std:.4f} over {len(space.seeds)} seeds" if std is not None
                                               else "")
-    tracker.log_metrics(parent_run_id, {f"best_{metric}": best.metrics[metric],
+    tracker.log_metrics(parent_run_id, {f"{METRIC_BEST}{metric}": best.metrics[metric],
                                         "trials_completed": len(finished), "trials_failed": failed})
     for k, v in params.items():  # tags, not params: a resumed sweep may find a different best
-        tracker.set_tag(parent_run_id, f"best.{k}", str(v))
+        tracker.set_tag(parent_run_id, f"{TAG_BEST_PREFIX}{k}", str(v))
     print(f"\nbest of {len(finished)} trial(s) ({failed} failed): {metric} = {figure} at round "
           f"{best.metrics.get('round')}")
     for k, v in params.items():

@@ -15,6 +15,10 @@ from typing import Any, Optional
 
 from ray import tune
 
+from platform.run_schema import (METRIC_BEST, METRIC_FINAL, METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, STATUS_COMPLETED,
+                                 STATUS_EARLY_STOPPED, STATUS_FAILED, STATUS_RUNNING, TAG_PARENT_RUN, TAG_SAMPLED,
+                                 TAG_SEARCH_SPACE, TAG_STATUS, TAG_TRIAL_ID)
+
 DEFAULT_STORE_FILE = "mlflow.db"
 
 
@@ -112,7 +116,7 @@ class Tracker:
     def start_run(self, name: str, tags: dict[str, str], parent_run_id: Optional[str] = None) -> str:
         tags = dict(tags)
         if parent_run_id:
-            tags["mlflow.parentRunId"] = parent_run_id
+            tags[TAG_PARENT_RUN] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
         return run.info.run_id
 
@@ -204,7 +208,7 @@ class MlflowSweepCallback(tune.Callback):
     def close_open_runs(self, status: str, mlflow_status: str) -> None:
         """End every child run still open (the sweep was interrupted); --resume reopens them."""
         for trial_id in sorted(self.open):
-            self.tracker.set_tag(self.runs[trial_id], "status", status)
+            self.tracker.set_tag(self.runs[trial_id], TAG_STATUS, status)
             self.tracker.end_run(self.runs[trial_id], mlflow_status)
         self.open.clear()
 
@@ -223,7 +227,7 @@ class MlflowSweepCallback(tune.Callback):
     def on_trial_start(self, iteration, trials, trial, **info):
         if trial.trial_id in self.runs:  # resumed trial: reopen its run
             self.tracker.client.update_run(self.runs[trial.trial_id], status="RUNNING")
-            self.tracker.set_tag(self.runs[trial.trial_id], "status", "running")
+            self.tracker.set_tag(self.runs[trial.trial_id], TAG_STATUS, STATUS_RUNNING)
             self.open.add(trial.trial_id)
             return
         self.numbers[trial.trial_id] = len(self.numbers) + 1
@@ -231,11 +235,11 @@ class MlflowSweepCallback(tune.Callback):
         resolved = self.space.trial_config(params)
         run_id = self.tracker.start_run(
             name=f"trial-{self.numbers[trial.trial_id]:03d}",
-            tags={"status": "running", "fedsweep.trial_id": trial.trial_id, "fedsweep.search_space": self.space.name,
-                  "fedsweep.sampled": ", ".join(f"{k}={_short(v)}" for k, v in params.items())},
+            tags={TAG_STATUS: STATUS_RUNNING, TAG_TRIAL_ID: trial.trial_id, TAG_SEARCH_SPACE: self.space.name,
+                  TAG_SAMPLED: ", ".join(f"{k}={_short(v)}" for k, v in params.items())},
             parent_run_id=self.parent_run_id)
         flat = resolved.flat()
-        flat["search.seeds"] = self.space.seeds
+        flat[PARAM_SEEDS] = self.space.seeds
         self.tracker.log_params(run_id, flat)
         if self.shared is not None and self.shared.serves(resolved):
             try:  # the first seed's split; the others differ only by seed
@@ -272,12 +276,12 @@ class MlflowSweepCallback(tune.Callback):
         if run_id is None:
             return
         last = self.last.get(trial.trial_id, {})
-        summary = {f"final_{k}": v for k, v in last.items() if k != "round"}
-        summary["rounds_completed"] = last.get("round", 0)
+        summary = {f"{METRIC_FINAL}{k}": v for k, v in last.items() if k != "round"}
+        summary[METRIC_ROUNDS_COMPLETED] = last.get("round", 0)
         if trial.trial_id in self.best:
-            summary[f"best_{self.space.search.metric}"] = self.best[trial.trial_id]
+            summary[f"{METRIC_BEST}{self.space.search.metric}"] = self.best[trial.trial_id]
         self.tracker.log_metrics(run_id, summary, step=int(last.get("round", 0)))
-        self.tracker.set_tag(run_id, "status", status)
+        self.tracker.set_tag(run_id, TAG_STATUS, status)
         self.tracker.end_run(run_id, mlflow_status)
         self.open.discard(trial.trial_id)
         metric = self.space.search.metric
@@ -286,11 +290,11 @@ class MlflowSweepCallback(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         rounds = self.last.get(trial.trial_id, {}).get("round", 0)
-        status = "completed" if rounds >= self.total_rounds else "early-stopped"
+        status = STATUS_COMPLETED if rounds >= self.total_rounds else STATUS_EARLY_STOPPED
         self._finish(trial, status, "FINISHED")
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._finish(trial, "failed", "FAILED")
+        self._finish(trial, STATUS_FAILED, "FAILED")
         if trial.error_file and os.path.isfile(trial.error_file):
             with open(trial.error_file) as fh:
                 lines = [ln for ln in fh.read().strip().splitlines() if ln.strip()]

@@ -7,7 +7,9 @@ from torch import nn
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> dict[str, float]:
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, prefix: str = "test_",
+             batch_size: int = 1024) -> dict[str, float]:
+    """``{prefix}loss`` and ``{prefix}accuracy`` of ``model`` on (x, y), e.g. ``val_loss``/``val_accuracy``."""
     model.eval()
     loss_sum, correct = 0.0, 0
     for start in range(0, len(y), batch_size):
@@ -16,4 +18,4 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
         loss_sum += float(F.cross_entropy(logits, target, reduction="sum"))
         correct += int((logits.argmax(dim=1) == target).sum())
     n = max(len(y), 1)
-    return {"test_loss": loss_sum / n, "test_accuracy": correct / n}
+    return {f"{prefix}loss": loss_sum / n, f"{prefix}accuracy": correct / n}

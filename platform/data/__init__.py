@@ -3,12 +3,14 @@ from platform.data.datasets import DATASETS, ArrayDataset, check_dataset_availab
 from platform.data.partition import PARTITIONS, partition_clients
 
 __all__ = ["DATASETS", "PARTITIONS", "ArrayDataset", "check_dataset_available", "load_dataset", "partition_clients"]
-from platform.data.partition import class_counts, split_clients, split_fractions  # noqa: E402
+from platform.data.partition import (class_counts, server_validation_split, split_clients,  # noqa: E402
+                                     split_fractions, stratified_split)
 from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted  # noqa: E402
 from platform.data.summary import partition_heatmap, partition_summary  # noqa: E402
 
 __all__ += ["class_counts", "client_sampling_probabilities", "partition_heatmap", "partition_summary",
-            "sample_clients_weighted", "split_clients", "split_fractions"]
+            "sample_clients_weighted", "server_validation_split", "split_clients", "split_fractions",
+            "stratified_split"]
 from platform.data.datasets import (NORMALIZATIONS, SOURCE_IMAGES, generate_synthetic, load_source_image,  # noqa: E402
                                     normalize)
 from platform.data.public import PublicDataConfig, check_public_available, split_public  # noqa: E402

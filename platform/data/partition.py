@@ -165,6 +165,82 @@ def _lda_pool(labels: np.ndarray, num_clients: int, samples_per_client: Optional
         samples_per_client
 
 
+def _class_queues(labels: np.ndarray, pool: np.ndarray, num_labels: int,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each label's pool images in a seeded random order, one flat array: label y's queue is
+    ``flat[offsets[y]:offsets[y + 1]]`` and ``sizes[y]`` its length. Popping "a uniformly random remaining image"
+    of y is taking the next image of its queue."""
+    pool_labels = labels[pool]
+    queues = [rng.permutation(pool[pool_labels == y]) for y in range(num_labels)]
+    sizes = np.array([len(q) for q in queues], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    flat = np.concatenate(queues).astype(np.int64) if queues else np.zeros(0, np.int64)
+    return flat, offsets, sizes
+
+
+def _client_distribution(groups: list[np.ndarray], remaining: np.ndarray, alpha_top: Optional[float],
+                         alpha_inner: float, rng: np.random.Generator) -> tuple[list[int], np.ndarray, dict]:
+    """One client's proportions over what is left: θ_top ~ Dir(alpha_top) over the groups with labels left
+    (``np.ones(1)`` for plain LDA, ``alpha_top`` None) and θ_g ~ Dir(alpha_inner) over each such group's labels
+    left. Returns (ids of those groups, θ_top, {group id: [its live labels, θ_g]})."""
+    live = [g[remaining[g] > 0] for g in groups]
+    top_ids = [i for i, g in enumerate(live) if len(g)]
+    top_p = rng.dirichlet([alpha_top] * len(top_ids)) if alpha_top is not None else np.ones(1)
+    inner = {i: [live[i], rng.dirichlet([alpha_inner] * len(live[i]))] for i in top_ids}
+    return top_ids, top_p, inner
+
+
+def _draw_until_a_class_empties(top_ids: list[int], top_p: np.ndarray, inner: dict, quirk: bool, need: int,
+                                remaining: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``need`` i.i.d. draws of g ~ Cat(θ_top), y ~ Cat(θ_g) in one batch, kept up to and including the first draw
+    that empties a class (the only event that changes the distribution). Returns the candidate labels, the
+    accepted draws (positions into the candidates, in draw order) and whether a class was emptied."""
+    top_eff = _effective(top_p, quirk)
+    cand = np.concatenate([inner[i][0] for i in top_ids])
+    prob = np.concatenate([w * _effective(inner[i][1], quirk) for w, i in zip(top_eff, top_ids)])
+    cdf = np.cumsum(prob)
+    cdf /= cdf[-1]
+    draws = np.minimum(np.searchsorted(cdf, rng.random(need), side="right"), len(cand) - 1)
+    # first draw that empties a class: the (remaining)-th occurrence of that class in the batch
+    order = np.argsort(draws, kind="stable")
+    starts = np.searchsorted(draws[order], np.arange(len(cand)))
+    rank = np.arange(need) - starts[draws[order]]
+    hits = order[rank == remaining[cand][draws[order]] - 1]
+    stop = int(hits.min()) + 1 if len(hits) else need
+    return cand, draws[:stop], bool(len(hits))
+
+
+def _pop_images(cand: np.ndarray, accepted: np.ndarray, flat_queue: np.ndarray, offsets: np.ndarray,
+                taken: np.ndarray, remaining: np.ndarray) -> np.ndarray:
+    """The next queued images of each drawn class, in draw order; advances ``taken``/``remaining`` in place."""
+    stop = len(accepted)
+    order = np.argsort(accepted, kind="stable")
+    starts = np.searchsorted(accepted[order], np.arange(len(cand)))
+    rank = np.arange(stop) - starts[accepted[order]]
+    ys = cand[accepted[order]]
+    got = np.empty(stop, dtype=np.int64)
+    got[order] = flat_queue[offsets[ys] + taken[ys] + rank]
+    counts = np.bincount(accepted, minlength=len(cand))
+    taken[cand] += counts
+    remaining[cand] -= counts
+    return got
+
+
+def _drop_class(top_ids: list[int], top_p: np.ndarray, inner: dict, emptied: int) -> np.ndarray:
+    """Remove the emptied label from its group's θ_g, and the group from ``top_ids``/θ_top once it has no labels
+    left (the vectors are not renormalised here: :func:`_effective` does that, or not, per draw). Mutates
+    ``top_ids`` and ``inner``; returns θ_top."""
+    for pos, i in enumerate(top_ids):
+        keep = inner[i][0] != emptied
+        if not keep.all():
+            inner[i] = [inner[i][0][keep], inner[i][1][keep]]
+            if not len(inner[i][0]):
+                top_ids.pop(pos)
+                top_p = np.delete(top_p, pos)
+            break
+    return top_p
+
+
 def _nested_lda(labels: np.ndarray, pool: np.ndarray, per_client: int, num_clients: int,
                 groups: list[np.ndarray], alpha_top: Optional[float], alpha_inner: float, quirk: bool,
                 rng: np.random.Generator) -> list[np.ndarray]:
@@ -180,58 +256,24 @@ def _nested_lda(labels: np.ndarray, pool: np.ndarray, per_client: int, num_clien
     The per-sample loop is vectorised exactly: a batch of i.i.d. draws is accepted up to and including the
     first draw that empties a class (the only event that changes the distribution); the rest is redrawn.
     Popping "a uniformly random remaining image" is taking the next image of a per-class random permutation.
+
+    Steps: :func:`_class_queues` (once), then per client :func:`_client_distribution` and, until the client
+    has N samples, :func:`_draw_until_a_class_empties`, :func:`_pop_images` and :func:`_drop_class`.
     """
     num_labels = int(max(int(g.max()) for g in groups)) + 1
-    pool_labels = labels[pool]
-    queues = [rng.permutation(pool[pool_labels == y]) for y in range(num_labels)]
-    offsets = np.concatenate([[0], np.cumsum([len(q) for q in queues])]).astype(np.int64)
-    flat_queue = np.concatenate(queues).astype(np.int64) if queues else np.zeros(0, np.int64)
-    remaining = np.array([len(q) for q in queues], dtype=np.int64)
+    flat_queue, offsets, remaining = _class_queues(labels, pool, num_labels, rng)
     taken = np.zeros(num_labels, dtype=np.int64)
     out: list[np.ndarray] = []
     for _ in range(num_clients):
-        live = [g[remaining[g] > 0] for g in groups]
-        top_ids = [i for i, g in enumerate(live) if len(g)]
-        top_p = rng.dirichlet([alpha_top] * len(top_ids)) if alpha_top is not None else np.ones(1)
-        inner = {i: [live[i], rng.dirichlet([alpha_inner] * len(live[i]))] for i in top_ids}
+        top_ids, top_p, inner = _client_distribution(groups, remaining, alpha_top, alpha_inner, rng)
         picked: list[np.ndarray] = []
         need = per_client
         while need > 0:
-            top_eff = _effective(top_p, quirk)
-            cand = np.concatenate([inner[i][0] for i in top_ids])
-            prob = np.concatenate([w * _effective(inner[i][1], quirk) for w, i in zip(top_eff, top_ids)])
-            cdf = np.cumsum(prob)
-            cdf /= cdf[-1]
-            draws = np.minimum(np.searchsorted(cdf, rng.random(need), side="right"), len(cand) - 1)
-            # first draw that empties a class: the (remaining)-th occurrence of that class in the batch
-            order = np.argsort(draws, kind="stable")
-            starts = np.searchsorted(draws[order], np.arange(len(cand)))
-            rank = np.arange(need) - starts[draws[order]]
-            hits = order[rank == remaining[cand][draws[order]] - 1]
-            stop = int(hits.min()) + 1 if len(hits) else need
-            accepted = draws[:stop]
-            # pop the next images of each drawn class, in draw order
-            order = np.argsort(accepted, kind="stable")
-            starts = np.searchsorted(accepted[order], np.arange(len(cand)))
-            rank = np.arange(stop) - starts[accepted[order]]
-            ys = cand[accepted[order]]
-            got = np.empty(stop, dtype=np.int64)
-            got[order] = flat_queue[offsets[ys] + taken[ys] + rank]
-            counts = np.bincount(accepted, minlength=len(cand))
-            taken[cand] += counts
-            remaining[cand] -= counts
-            picked.append(got)
-            need -= stop
-            if len(hits) and need > 0:  # drop the emptied class, and its group if that is now empty
-                emptied = cand[accepted[-1]]
-                for pos, i in enumerate(top_ids):
-                    keep = inner[i][0] != emptied
-                    if not keep.all():
-                        inner[i] = [inner[i][0][keep], inner[i][1][keep]]
-                        if not len(inner[i][0]):
-                            top_ids.pop(pos)
-                            top_p = np.delete(top_p, pos)
-                        break
+            cand, accepted, emptied = _draw_until_a_class_empties(top_ids, top_p, inner, quirk, need, remaining, rng)
+            picked.append(_pop_images(cand, accepted, flat_queue, offsets, taken, remaining))
+            need -= len(accepted)
+            if emptied and need > 0:  # drop the emptied class, and its group if that is now empty
+                top_p = _drop_class(top_ids, top_p, inner, int(cand[accepted[-1]]))
         out.append(np.concatenate(picked))
     return out
 
@@ -380,14 +422,9 @@ def natural_partition(groups: Optional[np.ndarray], num_clients: int, seed: int)
     return [order[bounds[g]:bounds[g + 1]].astype(np.int64) for g in chosen]
 
 
-def split_clients(parts: list[np.ndarray], fractions, seed: int) -> list[dict[str, np.ndarray]]:
-    """Split every client's indices into disjoint named subsets, e.g. MNFL's 75/25 train/test (spec/mnfl.md §4).
-
-    ``fractions``: a mapping name → fraction, or a sequence of 2 (train, test) or 3 (train, val, test)
-    fractions; they must be ≥ 0 and sum to 1. Each client's indices are shuffled (seeded) and cut at the
-    rounded cumulative fractions, so every index lands in exactly one subset and sizes are within one of
-    fraction·n.
-    """
+def _split_spec(fractions) -> tuple[list[str], list[float]]:
+    """Names and fractions of a split: a mapping name → fraction, or 2 (train, test) / 3 (train, val, test)
+    fractions; all ≥ 0 and summing to 1, else one ConfigError naming ``partition``."""
     if isinstance(fractions, dict):
         names, values = list(fractions), [float(v) for v in fractions.values()]
     else:
@@ -396,9 +433,173 @@ def split_clients(parts: list[np.ndarray], fractions, seed: int) -> list[dict[st
         if names is None:
             raise ConfigError("partition", f"split fractions: give 2 (train, test), 3 (train, val, test) or a "
                                            f"mapping name → fraction, got {fractions!r}")
-    if any(v < 0 for v in values) or abs(sum(values) - 1.0) > 1e-9:
+    if any(not v >= 0 for v in values) or abs(sum(values) - 1.0) > 1e-9:
         raise ConfigError("partition", f"split fractions must be >= 0 and sum to 1, got {fractions!r}")
+    return names, values
+
+
+def _snap(x: np.ndarray) -> np.ndarray:
+    """Real targets with float noise removed: values within 1e-12 (relative) of an integer become that integer."""
+    near = np.round(x)
+    return np.where(np.abs(x - near) <= 1e-12 * np.maximum(1.0, np.abs(x)), near, x)
+
+
+def _subset_sizes(n: int, f: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Target subset sizes: the largest-remainder apportionment of n by fractions f (ties to the earlier subset);
+    then, when n is at least the number of positive fractions, each positive-fraction subset left at 0 gets 1,
+    taken from the subset furthest above its quota f·n (ties: the larger, then the earlier one).
+    Returns (sizes, whether that min-one rule changed anything)."""
+    quota = _snap(f * n)
+    sizes = np.floor(quota).astype(np.int64)
+    rem = quota - sizes
+    sizes[np.lexsort((np.arange(len(f)), f == 0, -rem))[: n - int(sizes.sum())]] += 1
+    raised = False
+    if n >= int(np.count_nonzero(f > 0)):
+        for s in np.flatnonzero((f > 0) & (sizes == 0)):
+            donors = np.flatnonzero(sizes >= 2)
+            d = donors[np.lexsort((donors, -sizes[donors], quota[donors] - sizes[donors]))[0]]
+            sizes[d] -= 1
+            sizes[s] += 1
+            raised = True
+    assert int(sizes.sum()) == n
+    return sizes, raised
+
+
+def _augment(extra: np.ndarray, allowed: np.ndarray, row_left: np.ndarray, col_slack: np.ndarray) -> None:
+    """Max flow on the bipartite class → subset graph, in place: place the classes' ``row_left`` units, each on an
+    allowed subset the class has no unit on yet (``extra[c, s]`` ∈ {0, 1}), at most ``col_slack[s]`` more units
+    per subset, along augmenting paths (classes shift their unit from one subset to the next, breadth first).
+    On return no further unit can be placed. ``row_left`` and ``col_slack`` are decremented."""
+    for c in range(len(row_left)):
+        while row_left[c] > 0:
+            parent: dict[int, Optional[tuple[int, int]]] = {
+                int(s): None for s in np.flatnonzero(allowed[c] & (extra[c] == 0))}
+            frontier, end = list(parent), None
+            while frontier and end is None:
+                nxt = []
+                for s in frontier:
+                    if col_slack[s] > 0:
+                        end = s
+                        break
+                    movable = (extra[:, s] == 1)[:, None] & allowed & (extra == 0)  # class could move s -> t
+                    for t in np.flatnonzero(movable.any(axis=0)):
+                        if int(t) not in parent:
+                            parent[int(t)] = (s, int(np.argmax(movable[:, t])))
+                            nxt.append(int(t))
+                frontier = nxt
+            if end is None:
+                break  # no augmenting path from this class
+            col_slack[end] -= 1
+            t = end
+            while parent[t] is not None:
+                s, mover = parent[t]
+                extra[mover, t], extra[mover, s] = 1, 0
+                t = s
+            extra[c, t] = 1
+            row_left[c] -= 1
+
+
+def _round_table(base: np.ndarray, allowed: np.ndarray, priority: np.ndarray, counts: np.ndarray, lo: np.ndarray,
+                 pref: np.ndarray, hi: np.ndarray) -> Optional[np.ndarray]:
+    """An integer class × subset table T = base + E, E ∈ {0, 1} and 0 where not ``allowed`` (so each entry is the
+    floor or the ceiling of its real target), with row c summing to counts[c] and column s to a value in
+    [lo[s], hi[s]], equal to ``pref`` if any such table allows it; None if no such table exists.
+
+    Exact (max flow, raising the column capacities lo → pref → hi in stages); within a stage units go first to
+    the entries of highest ``priority`` (the fractional parts: largest remainder), ties to the earlier class,
+    then subset, and augmenting paths place the rest."""
+    row_left = counts - base.sum(axis=1)
+    col_base = base.sum(axis=0)
+    if np.any(row_left < 0) or np.any(row_left > allowed.sum(axis=1)) or np.any(col_base > hi):
+        return None
+    extra = np.zeros_like(base)
+    ranked = [divmod(int(i), base.shape[1]) for i in np.lexsort((np.arange(base.size), -priority.ravel()))
+              if allowed.flat[int(i)]]
+    for stage, cap in enumerate((lo, pref, hi)):
+        col_slack = np.maximum(cap - col_base - extra.sum(axis=0), 0)
+        for c, s in ranked:
+            if row_left[c] > 0 and col_slack[s] > 0 and not extra[c, s]:
+                extra[c, s] = 1
+                row_left[c] -= 1
+                col_slack[s] -= 1
+        _augment(extra, allowed, row_left, col_slack)
+        if stage == 0 and np.any(col_base + extra.sum(axis=0) < lo):
+            return None  # even the lower bounds cannot all be met
+        if not row_left.any():
+            return base + extra
+    return None
+
+
+def stratified_split(indices: np.ndarray, labels: np.ndarray, fractions: dict[str, float],
+                     rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Split ``indices`` (positions into ``labels``) into disjoint named subsets by ``fractions``, stratified by
+    ``labels[indices]``.
+
+    ``fractions``: name → fraction, ≥ 0 and summing to 1 (or 2 / 3 fractions as in :func:`split_clients`);
+    otherwise ConfigError("partition", ...). With n = len(indices), n_c the count of class c among them and
+    f_s a subset's fraction, it guarantees:
+
+    - Disjoint subsets whose union is exactly ``indices``; each int64 and sorted ascending (the result depends
+      only on membership). ``rng`` draws one permutation per class, in sorted class order: deterministic for a
+      given rng state.
+    - Sizes: targets are the largest-remainder apportionment of n, each ⌊f_s·n⌋ or ⌈f_s·n⌉ (ties to the
+      earlier subset). Min-one rule: when n ≥ the number of positive fractions, every subset with f_s > 0 gets
+      at least one sample; a subset whose target is 0 takes one from the subset furthest above its quota. That
+      only happens on tiny clients (some f_s·n < 1) and can push a donor more than 1 below f_s·n.
+    - Per class: without the min-one rule, each class count is ⌊f_s·n_c⌋ or ⌈f_s·n_c⌉ (always achievable) and
+      the subset sizes equal the largest-remainder targets whenever such a table reaches them (always with two
+      subsets), otherwise other values in ⌊f_s·n⌋..⌈f_s·n⌉. With the min-one rule the sizes are exactly the
+      targets, with class counts ⌊f_s·n_c⌋ or ⌈f_s·n_c⌉ if possible, else ⌊n_c·size_s/n⌋ or ⌈n_c·size_s/n⌉.
+      Extra units (ceilings) go to the largest fractional parts first.
+
+    Within each class the shuffled indices are cut at the cumulative class counts of the table.
+    """
+    names, values = _split_spec(fractions)
+    f = np.asarray(values, dtype=np.float64)
+    f = f / f.sum()
+    indices = np.asarray(indices, dtype=np.int64)
+    n = len(indices)
+    if n == 0:
+        return {name: np.zeros(0, np.int64) for name in names}
+    classes, inverse, n_c = np.unique(np.asarray(labels)[indices], return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    sizes, raised = _subset_sizes(n, f)
+    real = _snap(n_c[:, None] * f[None, :])
+    base = np.floor(real).astype(np.int64)
+    quota = _snap(f * n)
+    lo, hi = (sizes, sizes) if raised else (np.floor(quota).astype(np.int64), np.ceil(quota).astype(np.int64))
+    table = _round_table(base, real > base, real - base, n_c, lo, sizes, hi)
+    if table is None:  # proportional to the targets: integer margins, so such a rounding always exists
+        num = n_c[:, None] * sizes[None, :]
+        table = _round_table(num // n, num % n > 0, (num % n) / n, n_c, sizes, sizes, sizes)
+        assert table is not None, "stratified_split: a proportional rounding always exists"
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(n_c)])
+    pieces: list[list[np.ndarray]] = [[] for _ in names]
+    for c in range(len(classes)):
+        idx = rng.permutation(indices[order[bounds[c]:bounds[c + 1]]])
+        for s, piece in enumerate(np.split(idx, np.cumsum(table[c])[:-1])):
+            pieces[s].append(piece)
+    return {name: np.sort(np.concatenate(p)).astype(np.int64) for name, p in zip(names, pieces)}
+
+
+def split_clients(parts: list[np.ndarray], fractions, seed: int,
+                  labels: Optional[np.ndarray] = None) -> list[dict[str, np.ndarray]]:
+    """Split every client's indices into disjoint named subsets, e.g. MNFL's 75/25 train/test (spec/mnfl.md §4).
+
+    ``fractions``: a mapping name → fraction, or a sequence of 2 (train, test) or 3 (train, val, test)
+    fractions; they must be ≥ 0 and sum to 1. One ``np.random.default_rng(seed)`` serves all clients in order.
+
+    Without ``labels``: each client's indices are shuffled (seeded) and cut at the rounded cumulative fractions,
+    so every index lands in exactly one subset and sizes are within one of fraction·n; subsets keep the shuffled
+    order. With ``labels`` (indexed by the clients' indices): each client is split by :func:`stratified_split`
+    (stratified by label, sizes by largest remainder, subsets sorted ascending).
+    """
+    names, values = _split_spec(fractions)
     rng = np.random.default_rng(seed)
+    if labels is not None:
+        spec = dict(zip(names, values))
+        return [stratified_split(np.asarray(idx, dtype=np.int64), labels, spec, rng) for idx in parts]
     cumulative = np.cumsum(values)[:-1]
     out = []
     for idx in parts:
@@ -406,6 +607,32 @@ def split_clients(parts: list[np.ndarray], fractions, seed: int) -> list[dict[st
         cuts = np.floor(cumulative * len(idx) + 0.5).astype(np.int64)
         out.append(dict(zip(names, np.split(idx, np.clip(cuts, 0, len(idx))))))
     return out
+
+
+def server_validation_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train_indices, val_indices) of the server's whole training pool, stratified by label and seeded.
+
+    The validation split is carved out of the training pool (``labels`` are the training labels) and never
+    out of the test set, which stays held out for the final evaluation. ``fraction`` = 0 gives
+    (arange(n), an empty int64 array) exactly; otherwise :func:`stratified_split` with
+    {"train": 1 − fraction, "val": fraction} and ``np.random.default_rng(seed)`` (each class's validation count
+    is ⌊fraction·n_c⌋ or ⌈fraction·n_c⌉, the total ⌊fraction·n⌋ or ⌈fraction·n⌉, and at least one sample when
+    n ≥ 2). Both arrays are sorted. Requires 0 ≤ fraction < 1, else ConfigError("server.val_fraction", ...).
+    """
+    try:
+        fraction = float(fraction)
+    except (TypeError, ValueError):
+        raise ConfigError("server.val_fraction", f"must be a number in [0, 1), got {fraction!r}") from None
+    if not 0.0 <= fraction < 1.0:
+        raise ConfigError("server.val_fraction", f"must be in [0, 1) so the server keeps training data; "
+                                                 f"got {fraction!r}")
+    labels = np.asarray(labels)
+    n = len(labels)
+    if fraction == 0.0:
+        return np.arange(n, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    parts = stratified_split(np.arange(n, dtype=np.int64), labels, {"train": 1.0 - fraction, "val": fraction},
+                             np.random.default_rng(seed))
+    return parts["train"], parts["val"]
 
 
 # Each entry: (labels, cfg: PartitionConfig, num_clients, seed, groups, coarse_labels) -> one index array per client.

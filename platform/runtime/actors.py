@@ -1,25 +1,32 @@
 """The two actor types: a parameter server holding global state, and client actors hosting virtual clients.
 
-Neither knows any algorithm: they call the :class:`algorithms.base.Algorithm` interface. Each builds its
-model once; virtual clients copy weights into it in place.
+Neither knows any algorithm: they call the :class:`algorithms.base.Algorithm` interface. Each builds one model
+per architecture once; virtual clients copy weights into it in place. The parameter server also owns the
+client-state store (:class:`platform.runtime.state_store.ClientStateStore`): client actors receive the states of
+the clients they train with the round's work and return the new states with their results, which the server
+commits when it aggregates. A client actor that dies therefore loses nothing, and a restored trial resumes every
+client exactly.
 """
 from __future__ import annotations
 
 import time
 import warnings
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 import ray
 import torch
 
-from algorithms import ALGORITHMS, ClientContext, ServerContext, reduce_updates
-from algorithms.base import mean_metrics
-from algorithms.common import LocalTraining, evaluate, get_flat_weights, set_flat_weights
+from algorithms import ClientContext, ServerContext, reduce_updates, resolve_algorithm
+from algorithms.base import group_by_architecture, mean_metrics
+from algorithms.common import LocalTraining, evaluate, set_flat_weights
 from platform.models import assign_architectures, build_model
 from platform.runtime.seeding import derived_seed, generator
+from platform.runtime.state_store import ClientStateStore
 
-SERVER_STREAM_KEY = 2**32 - 1  # distinguishes the server's noise stream from every (round, client) stream
+SERVER_STREAM_KEY = 2**32 - 1  # distinguishes the server's streams from every (round, client) stream
 GLOBAL_RNG_KEY = 2**32 - 2  # distinguishes a client's global-RNG seed (dropout) from its training generator's
 
 
@@ -66,25 +73,81 @@ def _seed_global_rng(*keys: int, device: Optional[torch.device] = None) -> None:
         torch.cuda.manual_seed(seed)
 
 
+def client_architectures(config) -> Optional[list[str]]:
+    """Each client's architecture (``model.architectures``), or None when every client runs ``model.name``."""
+    if config.model.architectures is None:
+        return None
+    return assign_architectures(config.model.architectures, config.clients.num_clients,
+                                None if config.model.assignment == "blocks" else config.stream_seed("partition"))
+
+
+@dataclass
+class RoundResult:
+    """What one client actor returns for a round: its (pre-reduced) updates, the new state of each stateful
+    client it trained (an empty dict deletes a client's state), and each client's own evaluation as
+    ``(split sizes, metrics)`` for methods that evaluate clients."""
+
+    updates: list
+    states: dict = field(default_factory=dict)
+    evaluations: list = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return float(sum(u.seconds for u in self.updates))
+
+
+def summarise_client_evaluations(evaluations: Sequence[tuple[dict, dict]]) -> dict[str, float]:
+    """``client_<metric>``: the mean over clients weighted by the size of the split the metric is on (``val_*``
+    by the client's validation size, ``test_*`` by its test size, others by its training size), and
+    ``client_<metric>_p10``: the 10th percentile over clients (pfl-research, Flower). Clients whose split is
+    empty are left out of that metric."""
+    out: dict[str, float] = {}
+    keys = sorted(set().union(*(m for _, m in evaluations))) if evaluations else []
+    for key in keys:
+        split = key.split("_", 1)[0]
+        pairs = [(sizes.get(split, sizes.get("train", 1)), float(m[key])) for sizes, m in evaluations if key in m]
+        pairs = [(w, v) for w, v in pairs if w > 0]
+        if not pairs:
+            continue
+        w = np.array([p[0] for p in pairs], dtype=float)
+        v = np.array([p[1] for p in pairs], dtype=float)
+        out[f"client_{key}"] = float((w * v).sum() / w.sum())
+        out[f"client_{key}_p10"] = float(np.percentile(v, 10))
+    return out
+
+
 class ParameterServer(Reusable):
-    """Holds the global model, the round, the server optimiser state and the algorithm's server state."""
+    """Holds the global model(s), the round, the server optimiser state, the algorithm's server state and the
+    client-state store."""
 
     def __init__(self, config, test_data: tuple[np.ndarray, np.ndarray], input_shape, num_classes: int,
-                 num_threads: int = 1, wants_gpu: bool = False, public_x: Optional[np.ndarray] = None):
+                 num_threads: int = 1, wants_gpu: bool = False, public_x: Optional[np.ndarray] = None,
+                 val_data: Optional[tuple[np.ndarray, np.ndarray]] = None):
         torch.set_num_threads(num_threads)
         self.config = config
         self.device = _pick_device(wants_gpu)
-        _seed_global_rng(config.stream_seed("noise"), SERVER_STREAM_KEY, device=self.device)
-        self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm.params)
-        model = _model_for(config, input_shape, num_classes, self.device)
-        self.ctx = ServerContext(model=model, server_lr=config.server.lr, server_momentum=config.server.momentum,
-                                 num_classes=num_classes, device=self.device,
-                                 public_x=None if public_x is None else _as_tensor(public_x, self.device),
-                                 generator=generator(config.stream_seed("noise"), SERVER_STREAM_KEY))
+        noise_seed, training_seed = config.stream_seed("noise"), config.stream_seed("training")
+        _seed_global_rng(noise_seed, SERVER_STREAM_KEY, device=self.device)
+        self.algorithm = resolve_algorithm(config.algorithm.name)(config.algorithm.params)
+        names = client_architectures(config)
+        clients_per_architecture = (dict(Counter(names)) if names is not None
+                                    else {config.model.name: config.clients.num_clients})
+        models = {name: _model_for(config, input_shape, num_classes, self.device, name)
+                  for name in dict.fromkeys([config.model.name, *clients_per_architecture])}
+        has_val = val_data is not None and len(val_data[1]) > 0
+        self.ctx = ServerContext(
+            models=models, architecture=config.model.name, architecture_clients=clients_per_architecture,
+            server_lr=config.server.lr, server_momentum=config.server.momentum, num_classes=num_classes,
+            device=self.device, training_generator=generator(training_seed, SERVER_STREAM_KEY),
+            noise_generator=generator(noise_seed, SERVER_STREAM_KEY),
+            public_x=None if public_x is None else _as_tensor(public_x, self.device),
+            val_x=_as_tensor(val_data[0], self.device) if has_val else None,
+            val_y=_as_tensor(val_data[1], self.device) if has_val else None)
         self.test_x = _as_tensor(test_data[0], self.device)
         self.test_y = _as_tensor(test_data[1], self.device)
         self.ctx.test_y = self.test_y
-        self.state = self.algorithm.init_server_state(get_flat_weights(model), self.ctx)
+        self.state = self.algorithm.init_server_state(self.ctx)
+        self.client_states = ClientStateStore(int(config.clients.state_memory_mb * 2**20))
 
     def ready(self) -> bool:
         return True
@@ -95,30 +158,46 @@ class ParameterServer(Reusable):
         self._broadcast_seconds = time.perf_counter() - start
         return payload
 
-    def aggregate(self, *partials) -> dict:
-        """Aggregate the actors' results (one list of updates per actor), step the round, evaluate the model.
+    def states_of(self, clients: Sequence[int]) -> dict[int, dict]:
+        """The stored state of each of ``clients`` that has one (what a client actor needs for a round)."""
+        return self.client_states.get_many([int(k) for k in clients])
 
-        Besides the test metrics and the clients' mean metrics, reports the time of each phase (for
-        ``platform.run --profile``) and any metrics the algorithm left in ``state.extra["metrics"]``.
+    def aggregate(self, *results: RoundResult) -> dict:
+        """Commit the clients' new states, aggregate, step the round, and evaluate the global model.
+
+        Reports the validation and test metrics, the clients' mean metrics, the algorithm's own metrics (which
+        win over the others of the same name), the clients' own evaluations, and the time of each phase (for
+        ``platform.run --profile``).
         """
-        aggregated = self._aggregate(partials)
+        aggregated = self._aggregate(results)
         metrics = self.evaluate_global()
-        metrics.update(aggregated)  # the algorithm's own metrics win over the test metrics of the same name
+        metrics.update(aggregated)
         return metrics
 
-    def aggregate_and_broadcast(self, next_sampled: Sequence[int], *partials) -> tuple[dict, dict]:
+    def aggregate_and_broadcast(self, next_sampled: Sequence[int], *results: RoundResult) -> tuple[dict, dict]:
         """:meth:`aggregate` without the evaluation, plus the next round's payload: called with two returns, so
         the next round's clients can start on the payload while this server evaluates (:meth:`evaluate_global`)."""
-        metrics = self._aggregate(partials)
+        metrics = self._aggregate(results)
         return metrics, self.broadcast(next_sampled)
 
-    def _aggregate(self, partials) -> dict:
+    def _aggregate(self, results: Sequence[RoundResult]) -> dict:
         start = time.perf_counter()
-        updates = [u for part in partials for u in part]
-        local_train = max((sum(u.seconds for u in part) for part in partials), default=0.0)
-        self.state = self.algorithm.aggregate(self.state, updates, self.ctx)
-        algorithm_metrics = self.state.extra.pop("metrics", {}) if isinstance(self.state.extra, dict) else {}
+        updates = [u for result in results for u in result.updates]
+        for result in results:
+            for k, state in result.states.items():
+                if state:
+                    self.client_states.put(k, state)
+                else:
+                    self.client_states.delete(k)
+        local_train = max((result.seconds for result in results), default=0.0)
+        completed = self.state.round
+        self.state, algorithm_metrics = self.algorithm.aggregate(self.state, updates, self.ctx)
+        self.state.round = completed + 1  # the runtime owns the round counter
         metrics = mean_metrics(updates)
+        client_metrics = summarise_client_evaluations([e for result in results for e in result.evaluations])
+        metrics.update(client_metrics)
+        if self.algorithm.evaluation_weights(self.state) is None:  # no global model: the clients' own scores
+            metrics.update({k[len("client_"):]: v for k, v in client_metrics.items() if not k.endswith("_p10")})
         metrics.update({k: float(v) for k, v in algorithm_metrics.items()})
         metrics.update({"round": self.state.round, "clients": sum(u.num_clients for u in updates),
                         "broadcast_seconds": getattr(self, "_broadcast_seconds", 0.0),
@@ -126,7 +205,10 @@ class ParameterServer(Reusable):
         return metrics
 
     def evaluate_global(self, num_threads: Optional[int] = None) -> dict:
-        """Test metrics of the current global model, and ``evaluate_seconds``.
+        """Validation and test metrics of the current global model(s), and ``evaluate_seconds``.
+
+        With one global model per architecture, ``test_accuracy.<arch>`` etc. are each model's, and the plain
+        names their mean weighted by the architecture's number of clients.
 
         ``num_threads``: torch threads for this call only. While the next round's clients train, the cores are
         theirs: a multi-threaded evaluation would then stall at every parallel region waiting for a preempted
@@ -137,21 +219,45 @@ class ParameterServer(Reusable):
         if num_threads:
             torch.set_num_threads(num_threads)
         try:
-            set_flat_weights(self.ctx.model, self.algorithm.evaluation_weights(self.state))
-            metrics = evaluate(self.ctx.model, self.test_x, self.test_y)
+            weights = self.algorithm.evaluation_weights(self.state)
+            if weights is None:
+                metrics = {}
+            elif isinstance(weights, dict):
+                metrics = self._evaluate_per_architecture(weights)
+            else:
+                metrics = self._score(self.ctx.model, weights)
         finally:
             torch.set_num_threads(before)
         metrics["evaluate_seconds"] = time.perf_counter() - start
         return metrics
 
-    def get_state(self):
-        return self.state
+    def _score(self, model: torch.nn.Module, weights: torch.Tensor) -> dict:
+        set_flat_weights(model, weights)
+        metrics = evaluate(model, self.test_x, self.test_y)
+        if self.ctx.val_y is not None:
+            metrics.update(evaluate(model, self.ctx.val_x, self.ctx.val_y, prefix="val_"))
+        return metrics
 
-    def set_state(self, state) -> None:
-        self.state = state
+    def _evaluate_per_architecture(self, weights: dict) -> dict:
+        scores = {name: self._score(self.ctx.models[name], w) for name, w in weights.items()}
+        counts = {name: self.ctx.architecture_clients.get(name, 0) for name in scores}
+        total = sum(counts.values())
+        metrics = {}
+        for key in next(iter(scores.values())):
+            if total > 0:
+                metrics[key] = sum(counts[n] * s[key] for n, s in scores.items()) / total
+            else:
+                metrics[key] = float(np.mean([s[key] for s in scores.values()]))
+            metrics.update({f"{key}.{name}": s[key] for name, s in scores.items()})
+        return metrics
 
-    def global_weights(self) -> torch.Tensor:
-        return self.algorithm.evaluation_weights(self.state)
+    def checkpoint(self) -> dict:
+        """The server state and every client's stored state: all a restored trial needs to continue exactly."""
+        return {"server": self.state, "client_states": self.client_states.snapshot()}
+
+    def restore(self, checkpoint: dict) -> None:
+        self.state = checkpoint["server"]
+        self.client_states.restore(checkpoint.get("client_states", {}))
 
 
 class ClientShards:
@@ -199,27 +305,31 @@ class ClientShards:
         start, end = self.bounds(k)
         return self.indices[start:end]
 
-    def __contains__(self, k) -> bool:
-        try:
-            self._position(int(k))
-            return True
-        except KeyError:
-            return False
-
     def keys(self) -> np.ndarray:
         return np.arange(len(self), dtype=np.int64) if self.clients is None else self.clients
 
 
-class ClientPool(Reusable):
-    """Hosts a fixed shard of virtual clients; trains the sampled ones in turn with one model instance.
+@dataclass
+class ClientSplits:
+    """Every client's training indices, and its validation and test indices when the partition asks for them
+    (``partition.val_fraction`` / ``test_fraction``), as :class:`ClientShards` (None when the split is empty)."""
 
-    ``shards``: a mapping client → sample indices (the clients it hosts), or a :class:`ClientShards` of every
-    client with ``hosted`` naming the ones this actor hosts. Nothing is kept per idle client: its indices stay
-    in the shared arrays and its persistent state exists only once an algorithm stores some.
+    train: ClientShards
+    val: Optional[ClientShards] = None
+    test: Optional[ClientShards] = None
+
+
+class ClientPool(Reusable):
+    """Hosts a fixed shard of virtual clients; trains the sampled ones in turn with one model per architecture.
+
+    ``shards``: :class:`ClientSplits`, a :class:`ClientShards` of every client's training indices, or a mapping
+    client → training indices. ``hosted`` names the clients this actor hosts by default (a balanced round may
+    hand it any client: every actor reads all data and all indices). Nothing is kept per client: a stateful
+    method's client states come with each round's work from the parameter server and go back with the results.
     """
 
     def __init__(self, config, train_data: tuple[np.ndarray, np.ndarray],
-                 shards: Union[Mapping[int, np.ndarray], ClientShards],
+                 shards: Union[ClientSplits, ClientShards, Mapping[int, np.ndarray]],
                  input_shape, num_classes: int, num_threads: int = 1, wants_gpu: bool = False,
                  public_x: Optional[np.ndarray] = None, test_data: Optional[tuple[np.ndarray, np.ndarray]] = None,
                  hosted: Optional[np.ndarray] = None):
@@ -227,23 +337,20 @@ class ClientPool(Reusable):
         self.config = config
         self.device = _pick_device(wants_gpu)
         self.public_x = None if public_x is None else _as_tensor(public_x, self.device)
-        self.test_x = None if test_data is None else _as_tensor(test_data[0], self.device)  # inputs only
-        self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm.params)
-        self.shards = shards if isinstance(shards, ClientShards) else ClientShards.from_mapping(shards)
-        self.hosted = np.asarray(self.shards.keys() if hosted is None else hosted, dtype=np.int64)
+        self.global_test_x = None if test_data is None else _as_tensor(test_data[0], self.device)  # inputs only
+        self.algorithm = resolve_algorithm(config.algorithm.name)(config.algorithm.params)
+        if not isinstance(shards, ClientSplits):
+            shards = ClientSplits(shards if isinstance(shards, ClientShards) else ClientShards.from_mapping(shards))
+        self.splits = shards
+        self.hosted = np.asarray(self.splits.train.keys() if hosted is None else hosted, dtype=np.int64)
         # One model instance per architecture, built once; virtual clients copy weights into it.
-        self._names = None  # client -> architecture, only with heterogeneous architectures
-        names_used = [config.model.name]
-        if config.model.architectures is not None:
-            self._names = assign_architectures(config.model.architectures, config.clients.num_clients)
-            names_used = [self._names[k] for k in self.hosted]
+        self._names = client_architectures(config)  # client -> architecture, only with heterogeneous architectures
+        names_used = [config.model.name] if self._names is None else [self._names[k] for k in self.hosted]
         self.input_shape, self.num_classes = input_shape, num_classes
         self.models = {name: _model_for(config, input_shape, num_classes, self.device, name)
                        for name in sorted(set(names_used))}
         self.x = _as_tensor(train_data[0], torch.device("cpu"))  # zero-copy view of the object-store array
         self.y = _as_tensor(train_data[1], torch.device("cpu"))
-        self._indices = _as_tensor(self.shards.indices, torch.device("cpu"))  # zero-copy too
-        self.client_state: dict[int, dict] = {}
         c = config.clients
         self.training = LocalTraining(c.local_epochs, c.batch_size, c.optimizer, c.lr, c.momentum, c.weight_decay)
         self.training_seed = config.stream_seed("training")
@@ -252,33 +359,56 @@ class ClientPool(Reusable):
     def ready(self) -> bool:
         return True
 
-    def train(self, payload: dict, client_ids: Sequence[int], round_index: int, reduce: bool = True) -> list:
-        """Run ``client_update`` for each sampled client; pre-reduce to one partial mean if the method allows."""
-        updates = []
+    def _data(self, shards: Optional[ClientShards], k: int) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        if shards is None:
+            return None, None
+        idx = torch.from_numpy(np.asarray(shards[k], dtype=np.int64))
+        return self.x[idx].to(self.device), self.y[idx].to(self.device)
+
+    def client(self, k: int, round_index: int, state: dict) -> ClientContext:
+        """Client ``k`` as ``client_update`` sees it in round ``round_index``, with its stored ``state``."""
+        x, y = self._data(self.splits.train, k)
+        val_x, val_y = self._data(self.splits.val, k)
+        test_x, test_y = self._data(self.splits.test, k)
+        return ClientContext(
+            client_id=k, x=x, y=y, model=self._model(k), architecture=self.architecture(k),
+            training=self.training, generator=generator(self.training_seed, round_index, k),
+            noise_generator=generator(self.noise_seed, round_index, k), state=state, device=self.device,
+            val_x=val_x, val_y=val_y, test_x=test_x, test_y=test_y, public_x=self.public_x,
+            global_test_x=self.global_test_x)
+
+    def train(self, payload: dict, client_ids: Sequence[int], round_index: int, reduce: bool = True,
+              states: Optional[Mapping[int, dict]] = None) -> RoundResult:
+        """Run ``client_update`` (and ``client_evaluate`` where declared) for each sampled client; pre-reduce to one
+        partial mean per architecture if the method allows. ``states``: the stored state of the clients that
+        have one (from the parameter server)."""
+        algorithm = self.algorithm
+        states = states or {}
+        result = RoundResult(updates=[])
         for k in client_ids:
             k = int(k)
-            lo, hi = self.shards.bounds(k)
-            idx = self._indices[lo:hi]
-            state = self.client_state.get(k, {})
-            client = ClientContext(
-                client_id=k, x=self.x[idx].to(self.device), y=self.y[idx].to(self.device),
-                model=self._model(k),
-                training=self.training, generator=generator(self.training_seed, round_index, k),
-                noise_generator=generator(self.noise_seed, round_index, k),
-                state=state, device=self.device, public_x=self.public_x, test_x=self.test_x)
+            had_state = k in states
+            client = self.client(k, round_index, dict(states.get(k, {})))
             _seed_global_rng(self.training_seed, round_index, k, GLOBAL_RNG_KEY, device=self.device)
             start = time.perf_counter()
-            update = self.algorithm.client_update(payload, client)
+            update = algorithm.client_update(payload, client)
             update.seconds = time.perf_counter() - start
-            updates.append(update)
-            if state:  # kept only once the algorithm stores something (most never do)
-                if not self.algorithm.keeps_client_state:
-                    raise RuntimeError(f"{type(self.algorithm).__name__} stored client state without declaring "
+            update.architecture, update.client_id = client.architecture, k
+            result.updates.append(update)
+            if algorithm.evaluates_clients:
+                sizes = {"train": client.num_samples, "val": 0 if client.val_y is None else len(client.val_y),
+                         "test": 0 if client.test_y is None else len(client.test_y)}
+                result.evaluations.append((sizes, algorithm.client_evaluate(payload, client)))
+            if client.state:
+                if not algorithm.keeps_client_state:
+                    raise RuntimeError(f"{type(algorithm).__name__} stored client state without declaring "
                                        "keeps_client_state = True")
-                self.client_state[k] = state
-        if reduce and self.algorithm.summable and len(updates) > 1:
-            return [reduce_updates(updates)]
-        return updates
+                result.states[k] = client.state
+            elif had_state:
+                result.states[k] = {}  # the method cleared it
+        if reduce and algorithm.summable and len(result.updates) > 1:
+            result.updates = [reduce_updates(group) for group in group_by_architecture(result.updates).values()]
+        return result
 
     def architecture(self, k: int) -> str:
         return self.config.model.name if self._names is None else self._names[k]
@@ -291,15 +421,9 @@ class ClientPool(Reusable):
             self.models[name] = _model_for(self.config, self.input_shape, self.num_classes, self.device, name)
         return self.models[name]
 
-    def get_client_states(self) -> dict[int, dict]:
-        return self.client_state
-
-    def set_client_states(self, states: dict[int, dict]) -> None:
-        keys = np.fromiter((int(k) for k in states), dtype=np.int64, count=len(states))
-        mine = np.isin(keys, self.hosted)
-        self.client_state = {int(k): v for k, v, own in zip(keys, states.values(), mine) if own and v}
-
 
 RemoteParameterServer = ray.remote(ParameterServer)
 RemoteClientPool = ray.remote(ClientPool)
-__all__ = ["ClientPool", "ClientShards", "GLOBAL_RNG_KEY", "ParameterServer", "Reusable", "RemoteClientPool", "RemoteParameterServer", "derived_seed"]
+__all__ = ["ClientPool", "ClientShards", "ClientSplits", "GLOBAL_RNG_KEY", "ParameterServer", "Reusable",
+           "RemoteClientPool", "RemoteParameterServer", "RoundResult", "client_architectures", "derived_seed",
+           "summarise_client_evaluations"]

@@ -10,6 +10,7 @@ evaluation and reporting overlap training (:meth:`Federation.start_round`).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -18,13 +19,17 @@ import numpy as np
 import ray
 import torch
 
-from platform.data import load_dataset, partition_clients
-from platform.data.public import split_public
+from algorithms import resolve_algorithm
+from platform.data import load_dataset, partition_clients, server_validation_split, split_clients, split_fractions
+from platform.data.public import _subset, split_public
 from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted
-from platform.runtime.actors import ClientShards, ParameterServer, RemoteClientPool, RemoteParameterServer
+from platform.runtime.actors import (ClientShards, ClientSplits, ParameterServer, RemoteClientPool,
+                                     RemoteParameterServer, RoundResult)
 from platform.runtime.placement import (Placement, SLIVER_CPU, client_bundle, pool_size, server_threads,
                                         torch_threads)
-from platform.runtime.seeding import sample_clients
+from platform.runtime.seeding import derived_seed, sample_clients
+
+CLIENT_SPLIT_KEY = 0x5B17  # the per-client train/val/test split's stream, derived from the partition seed
 
 
 @dataclass(frozen=True)
@@ -41,24 +46,33 @@ class SharedData:
     train_coarse_labels: Optional[np.ndarray] = None
     public: object = None  # the PublicDataConfig the public split came from
     public_ref: Optional[ray.ObjectRef] = None  # unlabelled public inputs (NumPy), if the config asks for them
+    val_fraction: float = 0.0  # server.val_fraction the server's validation split was taken with
+    val_ref: Optional[ray.ObjectRef] = None  # the server's validation split (x, y), from the training pool
 
     def serves(self, config) -> bool:
-        return self.dataset == config.dataset and self.public == config.public
+        return (self.dataset == config.dataset and self.public == config.public
+                and self.val_fraction == config.server.val_fraction)
 
 
 def share_dataset(config) -> SharedData:
-    """Load the config's dataset (and its public split, if any) and put it in the object store once.
+    """Load the config's dataset, take its public split (if any) and the server's validation split from the
+    training pool (never from the test set), and put them in the object store once.
 
-    The public/local split is part of the shared data, so it is the same for every seed of a sweep (seeded
-    by the base config's partition stream; the spec's ``first_half`` split does not depend on any seed).
+    Both splits are part of the shared data, so they are the same for every seed of a sweep (seeded by the
+    base config's partition stream; the spec's ``first_half`` public split does not depend on any seed).
     """
     train, test = load_dataset(config.dataset)
-    public_ref = None
+    public_ref = val_ref = None
     if config.public.source != "none":
         train, public_x = split_public(train, config.public, config.stream_seed("partition"), config.dataset)
         public_ref = ray.put(public_x)
+    if config.server.val_fraction > 0:
+        keep, val = server_validation_split(train.y, config.server.val_fraction, config.stream_seed("partition"))
+        val_ref = ray.put((np.ascontiguousarray(train.x[val]), train.y[val]))
+        train = _subset(train, keep)
     return SharedData(config.dataset, ray.put((train.x, train.y)), ray.put((test.x, test.y)), train.y,
-                      train.input_shape, train.num_classes, train.groups, train.coarse_y, config.public, public_ref)
+                      train.input_shape, train.num_classes, train.groups, train.coarse_y, config.public, public_ref,
+                      config.server.val_fraction, val_ref)
 
 
 class InProcess:
@@ -145,7 +159,13 @@ class Federation:
     In ``mode: one_round`` the parameter server is no actor but an :class:`InProcess` object in the calling
     (trial) process: it aggregates once, from client updates this process already holds (the stage cache
     returns them here), so an actor would only add a process start and a copy of every update.
+
+    A client actor that dies mid-round is replaced and the round is run again (at most ``MAX_ROUND_RETRIES``
+    times): nothing of the round was committed, client states live on the parameter server, and every client
+    draws from its own (round, client) generators, so the retried round gives exactly the same results.
     """
+
+    MAX_ROUND_RETRIES = 2
 
     def __init__(self, config, placement: Placement, data: Optional[SharedData] = None, wait: bool = True,
                  lazy_clients: bool = False, warm: Optional[WarmActors] = None):
@@ -159,12 +179,10 @@ class Federation:
         if data is None or not data.serves(config):
             data = share_dataset(config)
         self.data = data
+        self.splits = client_splits(config, data)
+        self.shards = self.splits.train
+        self._splits_ref = None
         clients = config.clients
-        # Every client's indices in two arrays, in the object store once for all client actors (see ClientShards).
-        self.shards = ClientShards.from_parts(partition_clients(
-            data.train_labels, config.partition, clients.num_clients, config.stream_seed("partition"),
-            data.train_groups, data.train_coarse_labels))
-        self._shards_ref = None
         self.sampling_probabilities = (
             None if config.partition.sampling_alpha is None else
             client_sampling_probabilities(clients.num_clients, config.partition.sampling_alpha,
@@ -172,20 +190,18 @@ class Federation:
         self.num_actors = min(pool_size(config.resources), clients.num_clients)
         self.owner = np.arange(clients.num_clients) % self.num_actors  # each client's home actor
         # A round's clients go to the least-loaded actors (by samples; every actor reads all data and all indices,
-        # so any can train any client), unless the method keeps per-client state: then each client trains on
-        # its home actor, which holds that state (see assign).
+        # and stateful clients' states come from the server, so any actor can train any client).
         self.client_sizes = np.diff(self.shards.offsets)
-        self._prefetched: dict[int, list] = {}  # round -> its clients' updates, launched ahead (start_round)
+        self._prefetched: dict[int, list] = {}  # round -> its clients' results, launched ahead (start_round)
         self._clock: Optional[float] = None  # when the previous round finished
-        from algorithms import ALGORITHMS
-
-        algorithm = ALGORITHMS[config.algorithm.name]
+        algorithm = resolve_algorithm(config.algorithm.name)
         self.algorithm_needs_test_inputs = algorithm.clients_see_test_inputs
         self.keeps_client_state = algorithm.keeps_client_state
-        self.balance = self.num_actors > 1 and not self.keeps_client_state
+        self.balance = self.num_actors > 1
         # Every .remote() below returns at once: the actors are created concurrently.
         threads = server_threads(config.resources, placement.replicas)
-        server_args = (config, data.test_ref, data.input_shape, data.num_classes, threads, False, data.public_ref)
+        server_args = (config, data.test_ref, data.input_shape, data.num_classes, threads, False, data.public_ref,
+                       data.val_ref)
         self.server_in_process = config.mode == "one_round"
         self.ready_refs: list = []
         if self.server_in_process:
@@ -193,6 +209,7 @@ class Federation:
         else:
             self.server = self._actor("server", RemoteParameterServer, placement.server_options(), server_args)
         self.pools: list = []
+        self._pool_specs: list = []  # (options, args) of each client actor, to replace one that dies
         if not lazy_clients:
             self._create_pools()
         if wait:
@@ -204,15 +221,15 @@ class Federation:
         config, data = self.config, self.data
         bundle = client_bundle(config.resources)
         threads = torch_threads(bundle, self.placement.replicas)
-        if self._shards_ref is None:
-            self._shards_ref = ray.put(self.shards)
-        self.pools = [
-            self._actor("clients", RemoteClientPool, self.placement.client_options(a, bundle), (
-                config, data.train_ref, self._shards_ref,
-                data.input_shape, data.num_classes, threads, config.resources.gpu > 0, data.public_ref,
-                data.test_ref if self.algorithm_needs_test_inputs else None, np.flatnonzero(self.owner == a)))
-            for a in range(self.num_actors)
-        ]
+        if self._splits_ref is None:
+            self._splits_ref = ray.put(self.splits)
+        self._pool_specs = [
+            (self.placement.client_options(a, bundle), (
+                config, data.train_ref, self._splits_ref, data.input_shape, data.num_classes, threads,
+                config.resources.gpu > 0, data.public_ref, data.test_ref if self.algorithm_needs_test_inputs else None,
+                np.flatnonzero(self.owner == a)))
+            for a in range(self.num_actors)]
+        self.pools = [self._actor("clients", RemoteClientPool, options, args) for options, args in self._pool_specs]
 
     def _actor(self, kind: str, remote_class, options: dict, args: tuple):
         """A reset warm actor, or a new one; its readiness reference goes to ``self.ready_refs``. Every call
@@ -227,12 +244,28 @@ class Federation:
         self._keys[actor._actor_id] = key
         return actor
 
+    def replace_dead_pools(self) -> int:
+        """Replace every client actor that no longer answers by a new one; returns how many were replaced."""
+        replaced = 0
+        for a, pool in enumerate(self.pools):
+            try:
+                ray.get(pool.ready.remote(), timeout=60)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                ray.kill(pool)
+                options, args = self._pool_specs[a]
+                self._keys.pop(pool._actor_id, None)
+                self.pools[a] = RemoteClientPool.options(**options).remote(*args)
+                self._keys[self.pools[a]._actor_id] = _actor_key("clients", options)
+                replaced += 1
+        ray.get([pool.ready.remote() for pool in self.pools])
+        return replaced
+
     def assign(self, sampled: np.ndarray) -> list[np.ndarray]:
         """The sampled clients each actor trains this round (in sampled order within an actor).
 
         Balanced: largest client first to the actor with the fewest samples so far (ties: lower client id,
         lower actor), so the actors finish together; deterministic, and results do not depend on it (each
-        client trains from the same weights with its own (round, client) generators). Otherwise: home actors.
+        client trains from the same weights with its own (round, client) generators). With one actor: all.
         """
         sampled = np.asarray(sampled, dtype=np.int64)
         if not self.balance:
@@ -248,16 +281,20 @@ class Federation:
 
     def client_updates(self, round_index: int, sampled: np.ndarray, reduce: bool = True,
                        payload: Optional[ray.ObjectRef] = None) -> list[ray.ObjectRef]:
-        """Launch local training of the sampled clients on the actors; one reference per busy actor (whose
-        clients are in ``self._round_parts``, in the same order). ``payload``: the round's payload if already
-        asked for (else the server broadcasts it now)."""
+        """Launch local training of the sampled clients on the actors; one :class:`RoundResult` reference per
+        busy actor (whose clients are in ``self._round_parts``, in the same order). ``payload``: the round's
+        payload if already asked for (else the server broadcasts it now). A stateful method's actors get their
+        clients' states from the server, asked for after the previous round's aggregate (actor calls from one
+        caller run in order)."""
         if not self.pools:
             self._create_pools()
         if payload is None:
             payload = self.server.broadcast.remote(sampled.tolist())  # one object, shared by all actors
         busy = [(pool, part) for pool, part in zip(self.pools, self.assign(sampled)) if len(part)]
         self._round_parts = [part for _, part in busy]
-        return [pool.train.remote(payload, part.tolist(), round_index, reduce) for pool, part in busy]
+        return [pool.train.remote(payload, part.tolist(), round_index, reduce,
+                                  self.server.states_of.remote(part.tolist()) if self.keeps_client_state else None)
+                for pool, part in busy]
 
     def run_one_round_cached(self, cache, stage) -> dict:
         """One-round analysis: client models trained once per upstream config (cached), then aggregated.
@@ -270,11 +307,12 @@ class Federation:
 
         def train_clients() -> list:  # one update per client, in sampled order whatever the actors
             refs = self.client_updates(0, sampled, reduce=False)
-            by_client = {int(k): u for part, got in zip(self._round_parts, ray.get(refs)) for k, u in zip(part, got)}
+            by_client = {int(k): u for part, got in zip(self._round_parts, ray.get(refs))
+                         for k, u in zip(part, got.updates)}
             return [by_client[int(k)] for k in sampled]
 
         updates, hit = cache.get_or_compute(stage, one_round_stage_fields(self.config), train_clients)
-        metrics = ray.get(self.server.aggregate.remote(updates))
+        metrics = ray.get(self.server.aggregate.remote(RoundResult(updates=updates)))
         self.round = 1
         metrics["seconds"] = time.perf_counter() - self._started
         metrics["client_stage_cached"] = float(hit)
@@ -299,6 +337,7 @@ class Federation:
         """
         if self._clock is None:
             self._clock = time.perf_counter()
+        self._launch_next = launch_next
         started = time.perf_counter()
         r = self.round
         partials = self._prefetched.pop(r, None)
@@ -314,14 +353,21 @@ class Federation:
         self._prefetched = {r + 1: self.client_updates(r + 1, following, payload=payload_ref)}
         return metrics_ref, evaluation_ref
 
-    def finish_round(self, refs: tuple) -> dict:
-        """The round's metrics; ``seconds`` is the wall time since the previous round finished."""
+    def finish_round(self, refs: tuple, retries: int = MAX_ROUND_RETRIES) -> dict:
+        """The round's metrics; ``seconds`` is the wall time since the previous round finished. A round whose
+        client actor died is run again on a replacement (see the class docstring)."""
         metrics_ref, evaluation_ref = refs
-        if evaluation_ref is None:
-            metrics = ray.get(metrics_ref)
-        else:
-            aggregated, metrics = ray.get([metrics_ref, evaluation_ref])
-            metrics.update(aggregated)
+        try:
+            if evaluation_ref is None:
+                metrics = ray.get(metrics_ref)
+            else:
+                aggregated, metrics = ray.get([metrics_ref, evaluation_ref])
+                metrics.update(aggregated)
+        except ray.exceptions.RayActorError:
+            if retries <= 0 or not self.pools or not self.replace_dead_pools():
+                raise
+            self._prefetched = {}
+            return self.finish_round(self.start_round(self._launch_next), retries - 1)
         self.round += 1
         now = time.perf_counter()
         metrics["seconds"] = now - self._clock
@@ -329,31 +375,21 @@ class Federation:
         metrics["sample_seconds"] = getattr(self, "_sample_seconds", 0.0)
         return metrics
 
-    def run_round(self) -> dict:
-        return self.finish_round(self.start_round())
-
     # --- checkpointing -------------------------------------------------------------------------------------
     def checkpoint(self) -> dict:
-        """Everything needed to continue: server state, the round, and every client's persistent state."""
-        client_states = {}
-        for states in ray.get([p.get_client_states.remote() for p in self.pools]):
-            client_states.update(states)
-        return {"round": self.round, "server": ray.get(self.server.get_state.remote()), "clients": client_states}
+        """Everything needed to continue: the round, the server state and every client's stored state."""
+        return {"round": self.round, **ray.get(self.server.checkpoint.remote())}
 
     def restore(self, checkpoint: dict) -> None:
         self.round = int(checkpoint["round"])
         self._prefetched = {}
-        ray.get([self.server.set_state.remote(checkpoint["server"])]
-                + [p.set_client_states.remote(checkpoint["clients"]) for p in self.pools])
+        ray.get(self.server.restore.remote(checkpoint))
 
     def save(self, path: str) -> None:
         torch.save(self.checkpoint(), path)
 
     def load(self, path: str) -> None:
         self.restore(torch.load(path, weights_only=False))
-
-    def global_weights(self) -> torch.Tensor:
-        return ray.get(self.server.global_weights.remote())
 
     def shutdown(self, keep_warm: bool = False) -> None:
         """Kill the actors, or, with ``keep_warm`` and a :class:`WarmActors`, leave them idle there for the next
@@ -366,27 +402,58 @@ class Federation:
         self.pools = []
 
 
+def client_splits(config, data: SharedData) -> ClientSplits:
+    """Every client's training indices (the partition) and, with ``partition.val_fraction`` or
+    ``test_fraction`` > 0, its own validation and test indices: each client's data split stratified by label,
+    seeded by the partition seed (its own stream), so the splits are the same in every trial."""
+    parts = partition_clients(data.train_labels, config.partition, config.clients.num_clients,
+                              config.stream_seed("partition"), data.train_groups, data.train_coarse_labels)
+    p = config.partition
+    if p.val_fraction == 0 and p.test_fraction == 0:
+        return ClientSplits(ClientShards.from_parts(parts))
+    split = split_clients(parts, split_fractions(p), derived_seed(config.stream_seed("partition"), CLIENT_SPLIT_KEY),
+                          labels=data.train_labels)
+    return ClientSplits(ClientShards.from_parts([s["train"] for s in split]),
+                        ClientShards.from_parts([s["val"] for s in split]) if p.val_fraction > 0 else None,
+                        ClientShards.from_parts([s["test"] for s in split]) if p.test_fraction > 0 else None)
+
+
 ONE_ROUND_STAGE = "one_round_clients"
-ONE_ROUND_STAGE_VERSION = "1"
 _UPSTREAM_SECTIONS = ("dataset.", "partition.", "model.", "clients.", "seeds.", "public.")
 
 
 def one_round_stage_fields(config) -> dict:
     """Exactly the config values the one-round client stage depends on (the cache key)."""
-    from algorithms import ALGORITHMS
-
     flat = config.flat()
     fields = {k: v for k, v in flat.items() if k.startswith(_UPSTREAM_SECTIONS)}
     fields["seed"] = config.seed
-    algorithm = ALGORITHMS[config.algorithm.name](config.algorithm.params)
+    fields["server.val_fraction"] = config.server.val_fraction  # the server's split shrinks the clients' pool
+    algorithm = resolve_algorithm(config.algorithm.name)(config.algorithm.params)
     fields.update({f"algorithm.client.{k}": v for k, v in algorithm.client_stage_fields().items()})
     return fields
 
 
 def one_round_stage(config):
-    from platform.cache import Stage
+    """The one-round client stage; its code version covers the modules that produce a client's update: the
+    algorithm's classes, local training, flat weights, the models, the data layer and the client actor."""
+    import algorithms.common.training
+    import algorithms.common.weights
+    import algorithms.models
+    import platform.data.datasets
+    import platform.data.partition
+    import platform.data.public
+    import platform.runtime.actors
+    import platform.runtime.seeding
+    from platform.cache import Stage, code_version
 
-    return Stage(ONE_ROUND_STAGE, ONE_ROUND_STAGE_VERSION, tuple(sorted(one_round_stage_fields(config))))
+    algorithm = resolve_algorithm(config.algorithm.name)
+    own = [cls for cls in algorithm.__mro__ if cls.__module__.startswith("algorithms.") or cls is algorithm]
+    version = code_version(*own, algorithms.common.training, algorithms.common.weights, algorithms.models,
+                           *(module for name, module in sorted(vars(algorithms.models).items())
+                             if inspect.ismodule(module) and module.__name__.startswith("algorithms.models.")),
+                           platform.data.datasets, platform.data.partition, platform.data.public,
+                           platform.runtime.actors, platform.runtime.seeding)
+    return Stage(ONE_ROUND_STAGE, version, tuple(sorted(one_round_stage_fields(config))))
 
 
 def replicate_over_seeds(config, seeds) -> list:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from platform.models.base import Classifier, register
+from algorithms.models.base import Classifier, register
 
 # torchvision's MobileNetV2 inverted-residual setting [t, c, n, s] with the 24-channel stage's stride 2 → 1.
 _MOBILENET_V2_SMALL_INPUT = [

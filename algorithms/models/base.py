@@ -6,7 +6,7 @@ method clusters the penultimate embeddings (spec/single_image.md §3.1).
 
 Registry entries are :class:`ModelBuilder` objects. Calling one builds the model and then checks, with one
 dummy forward pass, that the model really takes the requested input shape. A bad shape then gives a
-:class:`~platform.errors.ConfigError` that names ``model.name`` and the shape, not a torch error from deep
+:class:`~algorithms.errors.ConfigError` that names ``model.name`` and the shape, not a torch error from deep
 inside a layer at the first training step.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from platform.errors import ConfigError
+from algorithms.errors import ConfigError
 
 MODEL_FIELD = "model.name"
 

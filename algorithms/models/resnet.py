@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from platform.models.base import Classifier, register
+from algorithms.models.base import Classifier, register
 
 
 def _kaiming_conv(conv: nn.Conv2d) -> nn.Conv2d:

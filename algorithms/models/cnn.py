@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from platform.models.base import Classifier, flat_dim, register
+from algorithms.models.base import Classifier, flat_dim, register
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -26,8 +26,8 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from platform.errors import ConfigError
-from platform.models.base import check_input_shape, normalise_shape, unknown_name_error
+from algorithms.errors import ConfigError
+from algorithms.models.base import check_input_shape, normalise_shape, unknown_name_error
 
 AUTOENCODER_FIELD = "autoencoder.name"
 

@@ -1,0 +1,35 @@
+"""The run schema, defined once: the MLflow tag keys, parameter prefixes and summary-metric prefixes that
+``platform.sweep``, ``platform.run`` and the tracking callback write, and tools that read runs rely on.
+
+Metric names themselves are declared by the algorithms (``algorithms.base.STANDARD_METRICS`` and each method's
+``metrics``); the runtime adds timing metrics ending in ``_seconds``.
+"""
+
+# Tags
+TAG_STATUS = "status"  # one of the STATUS_* values below
+TAG_SEARCH_SPACE = "fedsweep.search_space"
+TAG_DESCRIPTION = "fedsweep.description"
+TAG_COMMAND = "fedsweep.command"  # the command line as the user would retype it
+TAG_TRIAL_ID = "fedsweep.trial_id"
+TAG_SAMPLED = "fedsweep.sampled"  # "key=value, ..." of a trial's sampled parameters
+TAG_GIT_COMMIT = "mlflow.source.git.commit"
+TAG_PARENT_RUN = "mlflow.parentRunId"
+TAG_BEST_PREFIX = "best."  # on a sweep's parent run: best.<parameter> = value of the best trial
+
+# Values of TAG_STATUS
+STATUS_RUNNING = "running"
+STATUS_COMPLETED = "completed"
+STATUS_EARLY_STOPPED = "early-stopped"
+STATUS_FAILED = "failed"
+STATUS_INTERRUPTED = "interrupted"
+
+# Parameter prefixes on a sweep's parent run
+PARAM_BASE = "base."  # the base experiment config
+PARAM_SPACE = "space."  # each swept parameter's distribution
+PARAM_SEARCH = "search."  # searcher, scheduler, seeds, ...
+PARAM_SEEDS = "search.seeds"  # on each trial run: the seeds it ran
+
+# Summary metric prefixes
+METRIC_FINAL = "final_"  # a run's last reported value of each metric
+METRIC_BEST = "best_"  # the best value of the selection metric
+METRIC_ROUNDS_COMPLETED = "rounds_completed"
