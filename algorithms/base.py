@@ -69,6 +69,18 @@ class ServerContext:
     val_y: Optional[torch.Tensor] = None
     test_y: Optional[torch.Tensor] = None  # held-out test labels: for metrics of client ensembles (FedED)
 
+    @classmethod
+    def for_model(cls, model: nn.Module, *, server_lr: float = 1.0, server_momentum: float = 0.0,
+                  num_classes: int = 10, device: torch.device = torch.device("cpu"), seed: int = 0,
+                  **fields: Any) -> "ServerContext":
+        """A homogeneous context around one model, for using a method without the platform (tests, notebooks):
+        architecture ``"model"``, generators seeded from ``seed`` (training) and ``seed + 1`` (noise)."""
+        fields.setdefault("training_generator", torch.Generator().manual_seed(seed))
+        fields.setdefault("noise_generator", torch.Generator().manual_seed(seed + 1))
+        return cls(models={"model": model}, architecture="model", architecture_clients={"model": 1},
+                   server_lr=server_lr, server_momentum=server_momentum, num_classes=num_classes, device=device,
+                   **fields)
+
     @property
     def model(self) -> nn.Module:
         """The server model (architecture ``model.name``)."""
@@ -88,12 +100,12 @@ class ClientContext:
     x: torch.Tensor  # the client's training split
     y: torch.Tensor
     model: nn.Module  # built once per actor per architecture and shared by its virtual clients: load weights into it
-    architecture: str  # the client's model architecture (model.architectures; model.name when homogeneous)
     training: LocalTraining
     generator: torch.Generator  # batch order etc.; seeded by (training seed, round, client)
     noise_generator: torch.Generator  # DP or sampling noise; seeded by (noise seed, round, client)
     state: dict  # persistent per-client state across rounds (declare ``keeps_client_state``)
     device: torch.device
+    architecture: str = "model"  # the client's model architecture (model.architectures; model.name if homogeneous)
     val_x: Optional[torch.Tensor] = None  # the client's own validation split (partition.val_fraction)
     val_y: Optional[torch.Tensor] = None
     test_x: Optional[torch.Tensor] = None  # the client's own test split (partition.test_fraction)
@@ -183,6 +195,14 @@ def mean_metrics(updates: Sequence[ClientUpdate]) -> dict[str, float]:
     if total <= 0:
         return {k: float(sum(u.metrics.get(k, 0.0) for u in updates) / len(updates)) for k in keys}
     return {k: float(sum(u.weight * u.metrics.get(k, 0.0) for u in updates) / total) for k in keys}
+
+
+def aggregate_round(algorithm: "Algorithm", state: ServerState, updates: Sequence[ClientUpdate],
+                    ctx: ServerContext) -> tuple[ServerState, dict[str, float]]:
+    """One server step as the runtime runs it: ``algorithm.aggregate``, then the round is counted."""
+    new_state, metrics = algorithm.aggregate(state, updates, ctx)
+    new_state.round = state.round + 1
+    return new_state, metrics
 
 
 def weights_for(weights: GlobalWeights, architecture: str) -> torch.Tensor:

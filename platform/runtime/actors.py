@@ -20,7 +20,7 @@ import ray
 import torch
 
 from algorithms import ClientContext, ServerContext, reduce_updates, resolve_algorithm
-from algorithms.base import group_by_architecture, mean_metrics
+from algorithms.base import aggregate_round, group_by_architecture, mean_metrics
 from algorithms.common import LocalTraining, evaluate, set_flat_weights
 from platform.models import assign_architectures, build_model
 from platform.runtime.seeding import derived_seed, generator
@@ -190,9 +190,7 @@ class ParameterServer(Reusable):
                 else:
                     self.client_states.delete(k)
         local_train = max((result.seconds for result in results), default=0.0)
-        completed = self.state.round
-        self.state, algorithm_metrics = self.algorithm.aggregate(self.state, updates, self.ctx)
-        self.state.round = completed + 1  # the runtime owns the round counter
+        self.state, algorithm_metrics = aggregate_round(self.algorithm, self.state, updates, self.ctx)
         metrics = mean_metrics(updates)
         client_metrics = summarise_client_evaluations([e for result in results for e in result.evaluations])
         metrics.update(client_metrics)

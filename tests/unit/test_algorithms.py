@@ -4,6 +4,8 @@ import dataclasses
 import pytest
 import torch
 
+from algorithms.base import aggregate_round
+
 from algorithms import ALGORITHMS, ClientContext, ClientUpdate, ServerContext, reduce_updates
 from algorithms.common import LocalTraining, get_flat_weights, set_flat_weights
 from algorithms.common.server_optimizer import server_step
@@ -25,14 +27,14 @@ def _client(model, n, seed, lr=0.1, epochs=2, cid=0):
 
 
 def _server_ctx(model, lr=1.0, momentum=0.0):
-    return ServerContext(model=model, server_lr=lr, server_momentum=momentum, num_classes=10, device=torch.device("cpu"))
+    return ServerContext.for_model(model, server_lr=lr, server_momentum=momentum, num_classes=10, device=torch.device("cpu"))
 
 
 def test_fedavg_aggregate_is_the_nk_weighted_mean_of_client_models():
     algo = ALGORITHMS["fedavg"]()
     model = _model()
     ctx = _server_ctx(model)
-    state = algo.init_server_state(get_flat_weights(model), ctx)
+    state = algo.init_server_state(ctx)
     payload = algo.broadcast(state, [0, 1, 2])
     sizes = [5, 20, 41]
     client_models, updates = [], []
@@ -42,7 +44,7 @@ def test_fedavg_aggregate_is_the_nk_weighted_mean_of_client_models():
         updates.append(update)
     # pre-reduce two of them, as a client actor hosting both would
     partials = [reduce_updates(updates[:2]), updates[2]]
-    new_state = algo.aggregate(state, partials, ctx)
+    new_state = aggregate_round(algo, state, partials, ctx)[0]
     expected = sum(n * w for n, w in zip(sizes, client_models)) / sum(sizes)
     assert torch.allclose(new_state.weights, expected, atol=1e-6)
     assert new_state.round == 1

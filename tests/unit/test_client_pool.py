@@ -55,14 +55,18 @@ def test_client_state_needs_declaring(monkeypatch):
 
 
 def test_heterogeneous_clients_get_their_architecture_and_keep_state(recorder):
-    config = load_experiment({"algorithm": {"name": "recorder"}, "model": {"architectures": ["cnn", "mlp"]},
+    config = load_experiment({"algorithm": {"name": "recorder"},
+                              "model": {"architectures": ["cnn", "mlp"], "assignment": "blocks"},
                               "clients": {"num_clients": 4, "clients_per_round": 4}})
     train, _ = load_dataset(config.dataset)
     shards = {k: np.arange(k * 10, k * 10 + 10) for k in range(4)}
     pool = ClientPool(config, (train.x, train.y), shards, train.input_shape, train.num_classes)
     assert len(pool.models) == 2  # built once per architecture, not per client
     first = pool.train({}, [0, 1, 2, 3], 0)
-    params = {int(u.metrics["client"]): u.metrics["params"] for u in first}
+    params = {int(u.metrics["client"]): u.metrics["params"] for u in first.updates}
     assert params[0] == params[1] != params[2] == params[3]  # clients 0-1 cnn, 2-3 mlp
-    second = pool.train({}, [1, 2], 1)
-    assert [u.metrics["visits"] for u in second] == [2, 2]
+    assert [u.architecture for u in first.updates] == ["cnn", "cnn", "mlp", "mlp"]
+    assert first.states == {k: {"visits": 1} for k in range(4)}  # returned for the server's store
+    second = pool.train({}, [1, 2], 1, states={1: first.states[1], 2: first.states[2]})
+    assert [u.metrics["visits"] for u in second.updates] == [2, 2]
+    assert first.states[1] == {"visits": 1}  # the pool works on a copy of what it was given

@@ -102,6 +102,19 @@ def test_seed_streams_are_separate_and_derived():
     assert explicit.stream_seed("partition") == 7 and explicit.stream_seed("init") == seeds["init"]
 
 
-def test_heterogeneous_architectures_need_a_distillation_method():
-    err, msg = _error({"model": {"architectures": ["cnn", "mlp"]}})
-    assert err.field == "model.architectures" and "fedavg" in msg
+def test_heterogeneous_architectures_need_a_method_that_declares_them():
+    err, msg = _error({"algorithm": {"name": "fedkp"}, "model": {"architectures": ["cnn", "mlp"]}})
+    assert err.field == "model.architectures" and "'fedkp'" in msg and "fedavg" in msg and "feded" in msg
+
+
+def test_architecture_shares_and_seeded_assignment():
+    from platform.models import assign_architectures
+
+    assert assign_architectures(["cnn", "mlp", "leaf_cnn"], 20).count("cnn") == 6  # 6/7/7: later blocks larger
+    shares = assign_architectures([{"name": "cnn", "share": 3}, {"name": "mlp"}], 8)
+    assert shares == ["cnn"] * 6 + ["mlp"] * 2
+    seeded = assign_architectures(["cnn", "mlp"], 10, seed=3)
+    assert sorted(seeded) == sorted(assign_architectures(["cnn", "mlp"], 10))  # same counts, permuted
+    assert seeded == assign_architectures(["cnn", "mlp"], 10, seed=3) != assign_architectures(["cnn", "mlp"], 10, 4)
+    err, msg = _error({"model": {"architectures": [{"name": "cnn", "share": 0}]}})
+    assert err.field == "model.architectures[0].share" and "> 0" in msg

@@ -4,6 +4,8 @@ import math
 import numpy as np
 import pytest
 import torch
+
+from algorithms.base import ServerState, aggregate_round
 import torch.nn.functional as F
 
 from algorithms import ALGORITHMS, ClientContext, ServerContext
@@ -258,14 +260,14 @@ def _random_client(k, model, n, epochs=2, public=None, test=None, seed=0):
     y = torch.randint(0, 3, (n,), generator=g)  # classes 0–2 only: the others are held by no client
     return ClientContext(client_id=k, x=x, y=y, model=model, training=LocalTraining(epochs, 8, "sgd", 0.05, 0.9),
                          generator=torch.Generator().manual_seed(1000 + k), noise_generator=torch.Generator(),
-                         state={}, device=CPU, public_x=public, test_x=test)
+                         state={}, device=CPU, public_x=public, global_test_x=test)
 
 
 def _server(public, test_y, seed=0, name="cnn"):
     torch.manual_seed(seed)
     model = build_model(name, DIGITS, 10)
-    return ServerContext(model=model, server_lr=1.0, server_momentum=0.0, num_classes=10, device=CPU,
-                         public_x=public, generator=torch.Generator().manual_seed(seed), test_y=test_y)
+    return ServerContext.for_model(model, server_lr=1.0, server_momentum=0.0, num_classes=10, device=CPU,
+                         public_x=public, training_generator=torch.Generator().manual_seed(seed), test_y=test_y)
 
 
 def test_client_stage_and_aggregate_on_heterogeneous_clients():
@@ -278,7 +280,7 @@ def test_client_stage_and_aggregate_on_heterogeneous_clients():
     init = {k: get_flat_weights(m) for k, m in models.items()}
     updates = []
     for k, (arch, n) in enumerate([("cnn", 20), ("mlp", 9), ("cnn", 0), ("mlp", 14)]):
-        updates.append(algo.client_update(algo.broadcast(algo.init_server_state(init["cnn"], None), [k]),
+        updates.append(algo.client_update(algo.broadcast(ServerState(weights=init["cnn"]), [k]),
                                           _random_client(k, models[arch], n, public=public, test=test)))
     u = updates[0]
     assert set(u.tensors) == {"public_probs", "test_probs", "label_counts", "public_ae_loss", "test_ae_loss"}
@@ -293,11 +295,11 @@ def test_client_stage_and_aggregate_on_heterogeneous_clients():
     assert all(torch.equal(again.tensors[key], u.tensors[key]) for key in u.tensors)
 
     ctx = _server(public, test_y)
-    state = algo.init_server_state(get_flat_weights(ctx.model), ctx)
+    state = algo.init_server_state(ctx)
     for scheme in ("w0", "w1", "w2", "mean"):
         a = FedED(FedEDHyperparams(scheme=scheme, student_steps=3, public_size=25, student_lr=1e-3))
-        new = a.aggregate(state, updates, ctx)
-        metrics = new.extra["metrics"]
+        new, metrics = aggregate_round(a, state, updates, ctx)
+        assert set(metrics) <= set(FedED.declared_metrics())  # every reported metric is declared
         assert new.round == 1 and new.weights.shape == state.weights.shape
         assert not torch.equal(new.weights, state.weights)
         assert metrics["ensemble_accuracy"] == metrics[f"ensemble_{scheme}_accuracy"]
@@ -308,8 +310,8 @@ def test_client_stage_and_aggregate_on_heterogeneous_clients():
     # the student always starts fresh: aggregating again from the new state gives the same student
     a = FedED(FedEDHyperparams(student_steps=3))
     ctx_a, ctx_b = _server(public, test_y), _server(public, test_y)
-    first = a.aggregate(state, updates, ctx_a)
-    second = a.aggregate(first, updates, ctx_b)
+    first = aggregate_round(a, state, updates, ctx_a)[0]
+    second = aggregate_round(a, first, updates, ctx_b)[0]
     assert torch.equal(first.weights, second.weights)
 
 
@@ -331,8 +333,7 @@ def test_teacher_uses_nested_public_prefixes():
     assert torch.allclose(renorm.sum(dim=1), torch.ones(20))
     ctx = _server(public, None)
     with pytest.raises(ConfigError, match="at most 20"):
-        FedED(FedEDHyperparams(public_size=21)).aggregate(FedED().init_server_state(get_flat_weights(ctx.model),
-                                                                                      ctx), updates, ctx)
+        aggregate_round(FedED(FedEDHyperparams(public_size=21)), FedED().init_server_state(ctx), updates, ctx)[0]
 
 
 def test_autoencoder_input_scale_and_latent():
@@ -374,18 +375,18 @@ def _digits_feded(seed: int, alpha: float = 0.01):
         client = ClientContext(client_id=k, x=x[idx], y=y[idx], model=model, training=training,
                                generator=torch.Generator().manual_seed(1000 * seed + k),
                                noise_generator=torch.Generator().manual_seed(k), state={}, device=CPU,
-                               public_x=public_x, test_x=test_x)
+                               public_x=public_x, global_test_x=test_x)
         updates.append(algo.client_update({}, client))
     figures = {}
     for scheme in ("w0", "w2"):
         torch.manual_seed(10_000 + seed)
         student = build_model("cnn", train.input_shape, 10)
-        ctx = ServerContext(model=student, server_lr=1.0, server_momentum=0.0, num_classes=10, device=CPU,
-                            public_x=public_x, generator=torch.Generator().manual_seed(seed), test_y=test_y)
+        ctx = ServerContext.for_model(student, server_lr=1.0, server_momentum=0.0, num_classes=10, device=CPU,
+                            public_x=public_x, training_generator=torch.Generator().manual_seed(seed), test_y=test_y)
         server = FedED(FedEDHyperparams(scheme=scheme, student_lr=1e-3, student_steps=300))
-        state = server.aggregate(server.init_server_state(get_flat_weights(student), ctx), updates, ctx)
+        state, metrics = aggregate_round(server, server.init_server_state(ctx), updates, ctx)
         set_flat_weights(student, state.weights)
-        figures[f"ensemble_{scheme}"] = state.extra["metrics"]["ensemble_accuracy"]
+        figures[f"ensemble_{scheme}"] = metrics["ensemble_accuracy"]
         figures[f"student_{scheme}"] = evaluate(student, test_x, test_y)["test_accuracy"]
     return figures
 

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 import torch
 
+from algorithms.base import aggregate_round
+
 from algorithms import ALGORITHMS, ClientContext, ClientUpdate, ServerContext, reduce_updates
 from algorithms.common import LocalTraining, get_flat_weights, parameter_mask
 from algorithms.fedkp import (FedKPCMHyperparams, FedKPHyperparams, FedKPPAHyperparams, bandwidths,
@@ -35,7 +37,7 @@ def _client(n, seed, cid=0, epochs=2, lr=0.1, batch=8):
 
 
 def _ctx(model, lr=1.0, momentum=0.0):
-    return ServerContext(model=model, server_lr=lr, server_momentum=momentum, num_classes=3,
+    return ServerContext.for_model(model, server_lr=lr, server_momentum=momentum, num_classes=3,
                          device=torch.device("cpu"))
 
 
@@ -288,7 +290,7 @@ def test_hyperparameter_defaults_and_validation():
 def _round(algo, sizes, server_lr=1.0, state=None, model=None):
     model = model or _model(0)
     ctx = _ctx(model, lr=server_lr)
-    state = state or algo.init_server_state(get_flat_weights(model), ctx)
+    state = state or algo.init_server_state(ctx)
     payload = algo.broadcast(state, list(range(len(sizes))))
     updates = [algo.client_update(payload, _client(n, seed=i, cid=i)) for i, n in enumerate(sizes)]
     return state, ctx, payload, updates
@@ -306,22 +308,22 @@ def test_end_to_end_through_the_interface(name):
         reference = fedavg.client_update(payload, _client(n, seed=i, cid=i))
         assert torch.equal(u.tensors["delta"], reference.tensors["delta"]) and u.weight == reference.weight
     rows = [state.weights + u.tensors["delta"] for u in updates if u.weight > 0]  # the client models
-    new = algo.aggregate(state, updates, ctx)
+    new, metrics = aggregate_round(algo, state, updates, ctx)
     expected, _ = fedkp_aggregate(rows, cluster=name == "fedkp_cm")
     assert torch.equal(new.weights, expected)
-    assert new.round == 1 and new.extra["fedkp"]["clients"] == 4
+    assert new.round == 1 and metrics["fedkp_clients"] == 4 and set(metrics) <= set(algo.declared_metrics())
     assert not torch.allclose(new.weights, torch.stack(rows).mean(0))  # a mode, not the mean
     assert torch.equal(algo.evaluation_weights(new), new.weights)
     with pytest.raises(ValueError):
-        algo.aggregate(state, [reduce_updates(updates[:2]), *updates[2:]], ctx)
+        aggregate_round(algo, state, [reduce_updates(updates[:2]), *updates[2:]], ctx)[0]
 
 
 def test_server_optimizer_switch():
     plain = ALGORITHMS["fedkp"]()
     stepped = ALGORITHMS["fedkp"](dataclasses.replace(FedKPHyperparams(), use_server_optimizer=True))
     state, ctx, _, updates = _round(plain, [15, 25, 20], server_lr=0.5)
-    agg = plain.aggregate(state, updates, ctx).weights  # no server optimiser: θ_{t+1} = θ_agg
-    new = stepped.aggregate(state, updates, ctx)
+    agg = aggregate_round(plain, state, updates, ctx)[0].weights  # no server optimiser: θ_{t+1} = θ_agg
+    new = aggregate_round(stepped, state, updates, ctx)[0]
     torch.testing.assert_close(new.weights, state.weights + 0.5 * (agg - state.weights), rtol=0, atol=1e-7)
 
 
@@ -329,10 +331,10 @@ def test_kde_tensors_parameters_through_the_interface():
     algo = ALGORITHMS["fedkp"](dataclasses.replace(FedKPHyperparams(), kde_tensors="parameters"))
     model = _model(bn=True)
     ctx = _ctx(model)
-    state = algo.init_server_state(get_flat_weights(model), ctx)
+    state = algo.init_server_state(ctx)
     torch.manual_seed(9)
     updates = [ClientUpdate(weight=10.0, tensors={"delta": 0.1 * torch.randn_like(state.weights)}) for _ in range(5)]
-    new = algo.aggregate(state, updates, ctx)
+    new = aggregate_round(algo, state, updates, ctx)[0]
     mask = parameter_mask(model)
     W = torch.stack([state.weights + u.tensors["delta"] for u in updates])
     torch.testing.assert_close(new.weights[~mask], W[:, ~mask].mean(0), rtol=0, atol=0)
@@ -351,7 +353,7 @@ def test_fedkppa_burnin_then_fedpa_clients():
     _, _, _, reference = _round(cm, sizes)
     for a, b in zip(updates, reference):
         assert torch.equal(a.tensors["delta"], b.tensors["delta"])
-    state = kppa.aggregate(state, updates, ctx)
+    state = aggregate_round(kppa, state, updates, ctx)[0]
     # from round B on: FedPA clients returning x0 − Δ_i, aggregated by FedKP_cm
     payload = kppa.broadcast(state, [0, 1, 2])
     assert payload["round"] == 1
@@ -362,7 +364,7 @@ def test_fedkppa_burnin_then_fedpa_clients():
         assert a.metrics["fedpa_samples"] == 2.0  # one IASG sample per local epoch
         delta, _, _ = fedpa_local(hp, payload, _client(sizes[i], seed=i, cid=i))
         assert torch.equal(a.tensors["delta"], -delta)  # the client vector is x0 − Δ_i
-    new = kppa.aggregate(state, updates, ctx)
+    new = aggregate_round(kppa, state, updates, ctx)[0]
     expected, _ = fedkp_aggregate([payload["weights"] - (-u.tensors["delta"]) for u in updates], cluster=True)
     assert torch.equal(new.weights, expected) and new.round == 2
     assert kppa.client_stage_fields()["procedure"] == "fedpa"

@@ -4,6 +4,8 @@ import dataclasses
 import pytest
 import torch
 
+from algorithms.base import aggregate_round
+
 from algorithms import ALGORITHMS, ClientContext, ServerContext, reduce_updates
 from algorithms.common import LocalTraining, get_flat_weights, set_flat_weights
 from algorithms.fedpa import FedPAHyperparams, IASGSampler, fedpa_delta, fedpa_delta_direct, fedpa_local
@@ -28,7 +30,7 @@ def _client(n, seed, cid=0, epochs=2, lr=0.1, batch=8, momentum=0.0):
 
 
 def _ctx(lr=1.0, momentum=0.0):
-    return ServerContext(model=_model(0), server_lr=lr, server_momentum=momentum, num_classes=3,
+    return ServerContext.for_model(_model(0), server_lr=lr, server_momentum=momentum, num_classes=3,
                          device=torch.device("cpu"))
 
 
@@ -186,7 +188,7 @@ def test_end_to_end_through_the_interface(weighting):
     algo = _fedpa(burnin_rounds=1, rho=0.1, weighting=weighting)
     assert algo.summable
     ctx = _ctx(lr=0.5, momentum=0.9)
-    state = algo.init_server_state(get_flat_weights(_model(0)), ctx)
+    state = algo.init_server_state(ctx)
     sizes = [12, 25, 0, 18]
     for rnd in range(3):
         payload = algo.broadcast(state, [0, 1, 2, 3])
@@ -197,7 +199,7 @@ def test_end_to_end_through_the_interface(weighting):
         mean_delta = sum(w * u.tensors["delta"] for w, u in zip(weights, updates)) / sum(weights)
         velocity = state.optimizer.get("velocity")
         velocity = mean_delta if velocity is None else 0.9 * velocity + mean_delta
-        new = algo.aggregate(state, partials, ctx)
+        new = aggregate_round(algo, state, partials, ctx)[0]
         torch.testing.assert_close(new.weights, state.weights + 0.5 * velocity, rtol=0, atol=1e-6)
         assert new.round == rnd + 1
         if rnd >= 1:

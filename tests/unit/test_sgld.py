@@ -5,6 +5,8 @@ import math
 import pytest
 import torch
 
+from algorithms.base import aggregate_round
+
 from algorithms import ALGORITHMS, ClientContext, ClientUpdate, ServerContext, reduce_updates
 from algorithms.common import LocalTraining, get_flat_weights
 from algorithms.sgld import SGLD, SGLDHyperparams, langevin_std
@@ -28,7 +30,7 @@ def _client(n, seed, noise_seed, cid=0, lr=0.05):
 
 
 def _ctx(lr=1.0, momentum=0.0):
-    return ServerContext(model=_model(0), server_lr=lr, server_momentum=momentum, num_classes=3,
+    return ServerContext.for_model(_model(0), server_lr=lr, server_momentum=momentum, num_classes=3,
                          device=torch.device("cpu"))
 
 
@@ -89,7 +91,7 @@ def test_server_combines_client_noise_into_one_draw_of_std_sigma():
 def test_end_to_end_step_and_chain_average(weighting):
     algo = _sgld(burnin_rounds=1, weighting=weighting)
     ctx = _ctx(lr=0.5)
-    state = algo.init_server_state(get_flat_weights(_model(0)), ctx)
+    state = algo.init_server_state(ctx)
     sizes = [10, 30, 0, 22]
     chain = []
     for rnd in range(3):
@@ -102,7 +104,7 @@ def test_end_to_end_step_and_chain_average(weighting):
         delta = sum(wi * u.tensors["delta"] for wi, u in zip(w, updates)) / total
         noise = sum(wi * u.tensors["noise"] for wi, u in zip(w, updates)) / total
         xi = noise * math.sqrt(total / (sum(wi * wi for wi in w) / total))
-        new = algo.aggregate(state, [reduce_updates(updates[:2]), reduce_updates(updates[2:])], ctx)
+        new = aggregate_round(algo, state, [reduce_updates(updates[:2]), reduce_updates(updates[2:])], ctx)[0]
         torch.testing.assert_close(new.weights, state.weights + 0.5 * (delta + xi), rtol=0, atol=1e-6)
         chain.append(new.weights)
         if rnd == 0:  # burn-in: the evaluated model is the chain state
