@@ -112,6 +112,9 @@ class ClientContext:
     test_y: Optional[torch.Tensor] = None
     public_x: Optional[torch.Tensor] = None  # unlabelled public data (distillation methods), shared by all clients
     global_test_x: Optional[torch.Tensor] = None  # the server's test inputs (no labels), if ``clients_see_test_inputs``
+    #: the flat weights ``model`` had when built (the seeded initialisation of its architecture): where a
+    #: personalised model starts. ``model`` itself holds whatever the previous client on this actor left in it.
+    initial_weights: Optional[torch.Tensor] = None
 
     @property
     def num_samples(self) -> int:

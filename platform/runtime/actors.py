@@ -21,7 +21,7 @@ import torch
 
 from algorithms import ClientContext, ServerContext, reduce_updates, resolve_algorithm
 from algorithms.base import aggregate_round, group_by_architecture, mean_metrics
-from algorithms.common import LocalTraining, evaluate, set_flat_weights
+from algorithms.common import LocalTraining, evaluate, get_flat_weights, set_flat_weights
 from platform.models import assign_architectures, build_model
 from platform.runtime.seeding import derived_seed, generator
 from platform.runtime.state_store import ClientStateStore
@@ -347,6 +347,7 @@ class ClientPool(Reusable):
         self.input_shape, self.num_classes = input_shape, num_classes
         self.models = {name: _model_for(config, input_shape, num_classes, self.device, name)
                        for name in sorted(set(names_used))}
+        self._initial = {name: get_flat_weights(model) for name, model in self.models.items()}
         self.x = _as_tensor(train_data[0], torch.device("cpu"))  # zero-copy view of the object-store array
         self.y = _as_tensor(train_data[1], torch.device("cpu"))
         c = config.clients
@@ -373,7 +374,7 @@ class ClientPool(Reusable):
             training=self.training, generator=generator(self.training_seed, round_index, k),
             noise_generator=generator(self.noise_seed, round_index, k), state=state, device=self.device,
             val_x=val_x, val_y=val_y, test_x=test_x, test_y=test_y, public_x=self.public_x,
-            global_test_x=self.global_test_x)
+            global_test_x=self.global_test_x, initial_weights=self._initial[self.architecture(k)])
 
     def train(self, payload: dict, client_ids: Sequence[int], round_index: int, reduce: bool = True,
               states: Optional[Mapping[int, dict]] = None) -> RoundResult:
@@ -417,6 +418,7 @@ class ClientPool(Reusable):
         name = self.architecture(k)
         if name not in self.models:
             self.models[name] = _model_for(self.config, self.input_shape, self.num_classes, self.device, name)
+            self._initial[name] = get_flat_weights(self.models[name])
         return self.models[name]
 
 
