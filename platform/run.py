@@ -104,6 +104,10 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     config, experiment = resolve_config(args.config, args.overrides)
     quiet_libraries()
+    # Everything is imported before Ray connects (under ``ray job submit`` the working directory stops being
+    # importable once the driver joins the cluster; see platform.sweep).
+    import platform.cache  # noqa: F401
+    import platform.data.summary  # noqa: F401
     from platform.tracking import Tracker, resolve_tracking_uri, results_home, ui_command
     from platform.runtime.trial import start_federations, stop_federations
 

@@ -144,6 +144,14 @@ def main(argv=None) -> int:
 
 def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     """Open (or reopen) the parent run, run the trials with Tune, report the best, and always close the parent."""
+    # Import everything the sweep needs before Ray connects: under ``ray job submit`` the job's working directory
+    # (where these modules come from) is no longer importable once the driver has joined the cluster.
+    import ray.tune  # noqa: F401
+
+    import platform.cache  # noqa: F401
+    import platform.runtime.placement  # noqa: F401
+    import platform.runtime.trial  # noqa: F401
+    from platform.runtime.federation import share_dataset
     from platform.tracking import MlflowSweepCallback, Tracker, ui_command
 
     tracker = Tracker(tracking_uri, space.name)
@@ -152,14 +160,12 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     callback = None
     try:
         mode = connect_ray(args.address)
-        print(f"sweep {space.name}: {space.search.num_samples} trial(s) x {len(space.seeds)} seed(s), "
+        print(f"sweep {space.name}: {_expected_trials(space)} trial(s) x {len(space.seeds)} seed(s), "
               f"{base_config.rounds} rounds, searcher {space.search.searcher}, selecting on {space.search.metric} "
               f"({space.search.mode}), Ray {mode}", flush=True)
         if space.search.metric.startswith("test_"):
             print(f"warning: search.metric {space.search.metric} selects on the test set; select on a validation "
                   f"metric (val_accuracy) and report test", file=sys.stderr, flush=True)
-        from platform.runtime.federation import share_dataset
-
         expected_trials = _expected_trials(space)
         shared = share_dataset(base_config)  # into the object store once, for every trial
         callback = MlflowSweepCallback(tracker, parent_run_id, space, base_config.rounds, expected_trials,

@@ -47,7 +47,7 @@ def test_checkpoint_restore_continues_exactly(ray_local, tmp_path):
     fresh = start_federations(config, [config.seed])
     fresh[0].load(path)
     assert fresh[0].round == 2
-    assert ray.get(fresh[0].server.get_state.remote()).optimizer["velocity"] is not None
+    assert ray.get(fresh[0].server.checkpoint.remote())["server"].optimizer["velocity"] is not None
     resumed = [m["test_loss"] for m in run_rounds(fresh, 5, first_round=2)]
     stop_federations(fresh)
     assert resumed == continued
