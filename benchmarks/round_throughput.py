@@ -94,7 +94,9 @@ WORKLOADS = {
 def _config(workload: Workload, cpus: float, rounds: int):
     from platform.config import build_experiment
 
-    return build_experiment({**workload.config, "rounds": rounds, "seed": 0, "resources": {"cpu": cpus}})
+    # No server validation split: the raw loop has none, and both sides must do the same work.
+    return build_experiment({**workload.config, "rounds": rounds, "seed": 0, "resources": {"cpu": cpus},
+                             "server": {"val_fraction": 0.0}})
 
 
 def _arrays(workload: Workload, config):

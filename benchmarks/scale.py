@@ -48,7 +48,8 @@ def _config(num_clients: int, per_round: int, samples: int, rounds: int, cpus: i
         "partition": {"kind": "natural"}, "model": {"name": "mlp"}, "algorithm": {"name": "fedavg"},
         "clients": {"num_clients": num_clients, "clients_per_round": per_round, "local_epochs": 1, "batch_size": 10,
                     "lr": 0.05},
-        "rounds": rounds, "seed": 0, "resources": {"cpu": cpus}})
+        "rounds": rounds, "seed": 0, "resources": {"cpu": cpus},
+        "server": {"val_fraction": 0.0}})  # the data below are shared without a server validation split
 
 
 def synthetic_arrays(dataset_cfg):
