@@ -188,9 +188,9 @@ class Personalised(Algorithm):
 
 
 def _personal_config(**changes):
-    return _config(algorithm={"name": f"{HERE}:Personalised"}, rounds=4,
-                   partition={"val_fraction": 0.2, "test_fraction": 0.2},
-                   model={"architectures": ["cnn", "mlp"]}, **changes)
+    return _config(**{"algorithm": {"name": f"{HERE}:Personalised"}, "rounds": 4,
+                      "partition": {"val_fraction": 0.2, "test_fraction": 0.2},
+                      "model": {"architectures": ["cnn", "mlp"]}, **changes})
 
 
 def test_personalised_method_keeps_state_and_reports_client_metrics(ray_local):
@@ -253,3 +253,27 @@ def test_a_sweep_over_epsilon_redraws_only_the_noise(ray_local):
     assert a["privacy_epsilon"] == 1.0 and b["privacy_epsilon"] == 4.0
     assert a["privacy_sigma"] == pytest.approx(4 * b["privacy_sigma"])
     assert a["test_loss"] != b["test_loss"]  # only the noise scale differs
+
+
+def test_reused_actors_start_the_next_trial_with_no_client_state(ray_local):
+    """Tune's reuse_actors hands a trial's actors to the next: its clients must not inherit the last one's models."""
+    from platform.runtime.federation import Federation, WarmActors
+    from platform.runtime.placement import own_placement
+
+    config = _personal_config(rounds=2)
+    placement = own_placement(config.resources)
+    ray.get(placement.placement_group.ready())
+    warm = WarmActors()
+    try:
+        fed = Federation(config, placement, warm=warm)
+        first = [m["visits"] for m in run_rounds([fed], 2)]
+        reused = {a._actor_id for a in [fed.server, *fed.pools]}
+        fed.shutdown(keep_warm=True)
+        fed = Federation(config, placement, warm=warm)
+        assert {a._actor_id for a in [fed.server, *fed.pools]} == reused  # the same processes, reset
+        again = [m["visits"] for m in run_rounds([fed], 2)]
+        fed.shutdown()
+        assert again == first and again[0] == 1.0  # every client starts from scratch again
+    finally:
+        warm.clear()
+        placement.release()
