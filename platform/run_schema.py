@@ -32,4 +32,5 @@ PARAM_SEEDS = "search.seeds"  # on each trial run: the seeds it ran
 # Summary metric prefixes
 METRIC_FINAL = "final_"  # a run's last reported value of each metric
 METRIC_BEST = "best_"  # the best value of the selection metric
+METRIC_BEST_TRIAL = "best_trial_"  # on a sweep's parent run: the best trial's test figures (selected on validation)
 METRIC_ROUNDS_COMPLETED = "rounds_completed"

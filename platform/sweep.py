@@ -18,7 +18,7 @@ from platform.config import parse_override
 from platform.errors import UserError
 from platform.run_schema import (PARAM_BASE, PARAM_SEARCH, PARAM_SPACE, STATUS_COMPLETED, STATUS_FAILED,
                                  STATUS_INTERRUPTED, STATUS_RUNNING, TAG_BEST_PREFIX, TAG_COMMAND, TAG_DESCRIPTION,
-                                 TAG_GIT_COMMIT, TAG_SEARCH_SPACE, TAG_STATUS, METRIC_BEST)
+                                 TAG_GIT_COMMIT, TAG_SEARCH_SPACE, TAG_STATUS, METRIC_BEST, METRIC_BEST_TRIAL)
 from platform.search_space import available_search_spaces, grid_points, load_search_space
 
 STATE_FILE = "fedsweep_sweep.json"  # in the Tune experiment directory: links it to its MLflow parent run
@@ -285,11 +285,15 @@ def _report(grid, space, tracker, parent_run_id, callback, expected: int) -> str
     figure = f"{best.metrics[metric]:.4f}" + (f" ± {std:.4f} over {len(space.seeds)} seeds" if std is not None
                                               else "")
     tracker.log_metrics(parent_run_id, {f"{METRIC_BEST}{metric}": best.metrics[metric],
+                                        **{f"{METRIC_BEST_TRIAL}{k}": best.metrics[k] for k in ("test_accuracy", "test_loss")
+                                           if k in best.metrics},
                                         "trials_completed": len(finished), "trials_failed": failed})
     for k, v in params.items():  # tags, not params: a resumed sweep may find a different best
         tracker.set_tag(parent_run_id, f"{TAG_BEST_PREFIX}{k}", str(v))
+    reported = "".join(f", {k} {best.metrics[k]:.4f}" for k in ("test_accuracy", "test_loss")
+                       if k != metric and k in best.metrics)  # selected on validation, reported on test
     print(f"\nbest of {len(finished)} trial(s) ({failed} failed): {metric} = {figure} at round "
-          f"{best.metrics.get('round')}")
+          f"{best.metrics.get('round')}{reported}")
     for k, v in params.items():
         print(f"  {k} = {v}")
     rerun = " ".join(f"--set {k}={v}" for k, v in params.items())

@@ -34,7 +34,7 @@ def test_smoke_sweep_writes_parent_and_child_runs(ray_local, tracking_uri, tmp_p
     parent = parents[0]
     assert parent.info.status == "FINISHED" and parent.data.tags["fedsweep.search_space"] == "smoke"
     assert parent.data.tags["mlflow.source.git.commit"] and "platform.sweep" in parent.data.tags["fedsweep.command"]
-    assert "best_val_accuracy" in parent.data.metrics
+    assert "best_val_accuracy" in parent.data.metrics and "best_trial_test_accuracy" in parent.data.metrics
     for child in children:
         assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert child.data.tags["status"] in ("completed", "early-stopped")
