@@ -6,7 +6,7 @@ its own. A method of your own needs no change here: see docs/adding_a_method.md.
 """
 from algorithms.base import (ALGORITHMS, Algorithm, ClientContext, ClientUpdate, Metric, ServerContext, ServerState,
                              reduce_updates, register, resolve_algorithm)
-from algorithms import fedavg, fedprox, fedkp, fedpa, sgld, feded  # noqa: F401,E402  (each registers its methods)
+from algorithms import fedavg, fedprox, fedkp, fedpa, sgld, feded, feddf  # noqa: F401,E402  (each registers its methods)
 
 __all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "ClientUpdate", "Metric", "ServerContext", "ServerState",
            "reduce_updates", "register", "resolve_algorithm"]
