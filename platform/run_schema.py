@@ -34,3 +34,10 @@ METRIC_FINAL = "final_"  # a run's last reported value of each metric
 METRIC_BEST = "best_"  # the best value of the selection metric
 METRIC_BEST_TRIAL = "best_trial_"  # on a sweep's parent run: the best trial's test figures (selected on validation)
 METRIC_ROUNDS_COMPLETED = "rounds_completed"
+
+# Multi-objective sweeps: on the parent run, the Pareto front of the finished trials (last reported values)
+METRIC_PARETO_SIZE = "pareto_size"  # number of non-dominated trials
+ARTIFACT_PARETO_JSON = "pareto_front.json"  # a JSON list, one object per front trial: trial, run_id, round,
+#                                             each objective (and its _std over seeds), params
+ARTIFACT_PARETO_CSV = "pareto_front.csv"  # the same table as CSV (params as columns)
+ARTIFACT_PARETO_PNG = "pareto_front.png"  # the first two objectives of every finished trial, the front highlighted

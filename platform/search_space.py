@@ -19,6 +19,12 @@ given value (or one of a list of values).
 ``search.metric`` may be any metric that every algorithm the space can run declares (``Algorithm.declared_metrics``:
 ``val_accuracy`` for all); ``search.mode`` defaults to the metric's declared direction. Select on validation:
 test metrics are reported, and selecting on one prints a warning.
+
+Multi-objective search: ``search.metric`` may list several distinct metrics, e.g.
+``{metric: [val_accuracy, train_loss], mode: [max, null]}`` (``mode`` omitted, or a list of the same length whose
+null entries take each metric's declared direction). Optuna's TPE and random samplers then sample for all
+objectives at once, the grid searcher runs its grid, and the sweep reports the Pareto front of the finished
+trials instead of one best trial. ASHA needs a single metric.
 """
 from __future__ import annotations
 
@@ -99,10 +105,11 @@ class SchedulerConfig:
 class SearchConfig:
     searcher: str = spec("tpe", doc="Optuna TPE, Optuna random sampling, or a full grid.", choices=SEARCHERS)
     num_samples: int = spec(6, doc="Trials (grid: repetitions of the whole grid).", ge=1)
-    metric: str = spec("val_accuracy", doc="Reported metric the searcher optimises (last round): one every "
-                                           "algorithm of the space declares (val_accuracy for all).")
-    mode: Optional[str] = spec(None, doc="max or min; null = the metric's declared direction.",
-                               choices=("max", "min"))
+    metric: Any = spec("val_accuracy", doc="Reported metric the searcher optimises (last round): one every "
+                                           "algorithm of the space declares (val_accuracy for all); or a list of "
+                                           "distinct metrics for a multi-objective search (Pareto front).")
+    mode: Any = spec(None, doc="max or min; null = the metric's declared direction. With a list of metrics: "
+                               "null or a list of the same length (each max, min or null).")
     scheduler: SchedulerConfig = spec(factory=SchedulerConfig)
     seeds: Optional[list[int]] = spec(None, doc="Run every configuration on each seed; report mean and std.")
     max_concurrent_trials: Optional[int] = spec(None, doc="Trials at once; default: as resources allow.", ge=1)
@@ -111,11 +118,57 @@ class SearchConfig:
                                         "mid-way; 0 = never (an interrupted trial restarts from round 1).", ge=0)
 
     def validate(self, path: str) -> None:
+        _check_metric_and_mode(self.metric, self.mode, path)
+        if self.multi_objective and self.scheduler.kind == "asha":
+            raise ConfigError(f"{path}.scheduler.kind", f"asha needs one metric, got {len(self.metric)} "
+                                                        f"({', '.join(self.metric)}); use kind: none for a "
+                                                        f"multi-objective search")
         if self.seeds is not None:
             if not self.seeds:
                 raise ConfigError(f"{path}.seeds", "must list at least one seed")
             if any(s < 0 for s in self.seeds) or len(set(self.seeds)) != len(self.seeds):
                 raise ConfigError(f"{path}.seeds", f"must be distinct non-negative integers, got {self.seeds}")
+
+
+    @property
+    def multi_objective(self) -> bool:
+        """True when the search has several objectives (``metric`` is a list); the sweep reports a Pareto front."""
+        return isinstance(self.metric, (list, tuple))
+
+    @property
+    def metrics(self) -> list[str]:
+        """The objective metrics, in order (one for a single-objective search)."""
+        return list(self.metric) if self.multi_objective else [self.metric]
+
+    @property
+    def objectives(self) -> list[tuple[str, str]]:
+        """``[(metric, mode), ...]``; modes are resolved once the space is loaded (null before)."""
+        modes = list(self.mode) if isinstance(self.mode, (list, tuple)) else [self.mode] * len(self.metrics)
+        return list(zip(self.metrics, modes))
+
+
+def _check_metric_and_mode(metric: Any, mode: Any, path: str) -> None:
+    """The shape of ``search.metric`` / ``search.mode`` (whether the metrics exist is checked against the
+    algorithms later, by :func:`_selection_modes`)."""
+    modes = ("max", "min")
+    if isinstance(metric, (list, tuple)):
+        if not metric or not all(isinstance(m, str) and m for m in metric) or len(set(metric)) != len(metric):
+            raise ConfigError(f"{path}.metric", f"must be a metric name or a non-empty list of distinct metric "
+                                                f"names, got {list(metric)!r}")
+        if mode is None:
+            return
+        if not isinstance(mode, (list, tuple)) or len(mode) != len(metric) or \
+                any(m is not None and m not in modes for m in mode):
+            raise ConfigError(f"{path}.mode", f"with {len(metric)} metrics must be null or a list of "
+                                              f"{len(metric)} entries, each max, min or null (the metric's "
+                                              f"declared direction), got {mode!r}")
+        return
+    if not isinstance(metric, str) or not metric:
+        raise ConfigError(f"{path}.metric", f"must be a metric name or a non-empty list of distinct metric "
+                                            f"names, got {metric!r}")
+    if mode is not None and mode not in modes:
+        raise ConfigError(f"{path}.mode", f"unknown value {mode!r}; allowed: max, min (or null: the metric's "
+                                          f"declared direction)")
 
 
 @dataclass(frozen=True)
@@ -189,6 +242,10 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
     search_raw = dict(raw.get("search") or {})
     if num_samples is not None:
         search_raw["num_samples"] = num_samples
+    if isinstance(search_raw.get("metric"), list) and len(search_raw["metric"]) == 1:  # one objective after all
+        search_raw["metric"] = search_raw["metric"][0]
+        if isinstance(search_raw.get("mode"), list) and len(search_raw["mode"]) == 1:
+            search_raw["mode"] = search_raw["mode"][0]
     search = build(SearchConfig, search_raw, "search")
     if search.searcher == "grid":
         bad = [k for k, d in parameters.items() if d.kind not in ("choice", "grid")]
@@ -201,25 +258,39 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
     space = SearchSpace(os.path.splitext(os.path.basename(path))[0], os.path.abspath(path),
                         str(raw.get("description") or ""), base, parameters, search)
     configs = _validate_parameter_values(space)
-    return dataclasses.replace(space, search=dataclasses.replace(search, mode=_selection_mode(search, configs)))
+    modes = _selection_modes(search, configs)
+    if search.multi_objective:  # lists, whatever sequence the file gave
+        search = dataclasses.replace(search, metric=search.metrics, mode=modes)
+    else:
+        search = dataclasses.replace(search, mode=modes[0])
+    return dataclasses.replace(space, search=search)
 
 
-def _selection_mode(search: SearchConfig, configs: list) -> str:
-    """Check ``search.metric`` is declared by every algorithm the space can run; return its mode."""
+def _selection_modes(search: SearchConfig, configs: list) -> list[str]:
+    """Check every objective of ``search.metric`` against the algorithms the space can run; return their modes."""
+    multi = search.multi_objective
+    return [_selection_mode(metric, mode, configs, f" (objective {i + 1} of {len(search.metrics)})" if multi else "")
+            for i, (metric, mode) in enumerate(search.objectives)]
+
+
+def _selection_mode(name: str, mode: Optional[str], configs: list, where: str = "") -> str:
+    """Check metric ``name`` is declared by every algorithm the space can run; return its mode (``mode``, if given,
+    must agree with the declared direction)."""
     from algorithms import resolve_algorithm
     from algorithms.base import describe_metrics
 
     names = list(dict.fromkeys(c.algorithm.name for c in configs))
-    declared = {name: resolve_algorithm(name).declared_metrics() for name in names}
+    declared = {n: resolve_algorithm(n).declared_metrics() for n in names}
     common = {k: m for k, m in declared[names[0]].items() if all(k in d for d in declared.values())}
-    if search.metric not in common:
-        missing = [n for n in names if search.metric not in declared[n]]
-        raise ConfigError("search.metric", f"unknown metric {search.metric!r} for {', '.join(missing)}; known: "
+    if name not in common:
+        missing = [n for n in names if name not in declared[n]]
+        raise ConfigError("search.metric", f"unknown metric {name!r}{where} for {', '.join(missing)}; known: "
                                            f"{describe_metrics(common)}")
-    metric = common[search.metric]
-    if search.mode is not None and search.mode != metric.mode:
-        raise ConfigError("search.mode", f"{metric.name} is better when {'higher' if metric.mode == 'max' else 'lower'}"
-                                         f" (mode {metric.mode}), got {search.mode}")
+    metric = common[name]
+    if mode is not None and mode != metric.mode:
+        raise ConfigError("search.mode", f"{metric.name}{where} is better when "
+                                         f"{'higher' if metric.mode == 'max' else 'lower'} (mode {metric.mode}), "
+                                         f"got {mode}")
     if metric.name.startswith("val_"):
         for c in configs:
             global_model = resolve_algorithm(c.algorithm.name).evaluates_clients is False

@@ -16,9 +16,10 @@ from typing import Optional
 from platform.cli import connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
 from platform.config import parse_override
 from platform.errors import UserError
-from platform.run_schema import (PARAM_BASE, PARAM_SEARCH, PARAM_SPACE, STATUS_COMPLETED, STATUS_FAILED,
-                                 STATUS_INTERRUPTED, STATUS_RUNNING, TAG_BEST_PREFIX, TAG_COMMAND, TAG_DESCRIPTION,
-                                 TAG_GIT_COMMIT, TAG_SEARCH_SPACE, TAG_STATUS, METRIC_BEST, METRIC_BEST_TRIAL)
+from platform.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTIFACT_PARETO_PNG, METRIC_BEST,
+                                 METRIC_BEST_TRIAL, METRIC_PARETO_SIZE, PARAM_BASE, PARAM_SEARCH, PARAM_SPACE,
+                                 STATUS_COMPLETED, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING, TAG_BEST_PREFIX,
+                                 TAG_COMMAND, TAG_DESCRIPTION, TAG_GIT_COMMIT, TAG_SEARCH_SPACE, TAG_STATUS)
 from platform.search_space import available_search_spaces, grid_points, load_search_space
 
 STATE_FILE = "fedsweep_sweep.json"  # in the Tune experiment directory: links it to its MLflow parent run
@@ -79,6 +80,8 @@ class DefineByRun:
 
 
 def _make_searcher(space):
+    """Optuna TPE or random sampling (both sample for several objectives when ``search.metric`` is a list: Optuna
+    then runs a multi-objective study); None for the grid searcher, whose Pareto front comes from the results."""
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
@@ -89,6 +92,9 @@ def _make_searcher(space):
                else optuna.samplers.RandomSampler(seed=search.sampler_seed))
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if search.multi_objective:  # lists of the same length: a study with one direction per objective
+        return OptunaSearch(space=DefineByRun(space.parameters), metric=list(search.metrics),
+                            mode=[mode for _, mode in search.objectives], sampler=sampler)
     return OptunaSearch(space=DefineByRun(space.parameters), metric=search.metric, mode=search.mode, sampler=sampler)
 
 
@@ -160,12 +166,14 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     callback = None
     try:
         mode = connect_ray(args.address)
+        objectives = ", ".join(f"{m} ({d})" for m, d in space.search.objectives)
+        selecting = f"Pareto front of {objectives}" if space.search.multi_objective else f"selecting on {objectives}"
         print(f"sweep {space.name}: {_expected_trials(space)} trial(s) x {len(space.seeds)} seed(s), "
-              f"{base_config.rounds} rounds, searcher {space.search.searcher}, selecting on {space.search.metric} "
-              f"({space.search.mode}), Ray {mode}", flush=True)
-        if space.search.metric.startswith("test_"):
-            print(f"warning: search.metric {space.search.metric} selects on the test set; select on a validation "
-                  f"metric (val_accuracy) and report test", file=sys.stderr, flush=True)
+              f"{base_config.rounds} rounds, searcher {space.search.searcher}, {selecting}, Ray {mode}", flush=True)
+        for metric in space.search.metrics:
+            if metric.startswith("test_"):
+                print(f"warning: search.metric {metric} selects on the test set; select on a validation "
+                      f"metric (val_accuracy) and report test", file=sys.stderr, flush=True)
         expected_trials = _expected_trials(space)
         shared = share_dataset(base_config)  # into the object store once, for every trial
         callback = MlflowSweepCallback(tracker, parent_run_id, space, base_config.rounds, expected_trials,
@@ -250,11 +258,14 @@ def _new_tuner(trainable, space, base_config, storage, callback, parent_run_id, 
         json.dump({"parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "search_space": space.path}, fh)
     search = space.search
     param_space = {"params": tune.grid_search(grid_points(space))} if search.searcher == "grid" else None
+    # Multi-objective: the searcher holds the metric and mode lists; Tune's own metric/mode take one metric only
+    # (and no scheduler needs one: ASHA is refused at load), so Tune gets none and _report computes the front.
+    metric, mode = (None, None) if search.multi_objective else (search.metric, search.mode)
     return tune.Tuner(
         trainable, param_space=param_space,
         tune_config=tune.TuneConfig(
             search_alg=_make_searcher(space), scheduler=_make_scheduler(space, base_config.rounds),
-            num_samples=search.num_samples, metric=search.metric, mode=search.mode,
+            num_samples=search.num_samples, metric=metric, mode=mode,
             max_concurrent_trials=search.max_concurrent_trials,
             reuse_actors=True),  # a finished trial's process and actors serve the next (WarmActors)
         run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=[callback], verbose=0,
@@ -269,11 +280,13 @@ def _interrupted(grid, expected: int) -> bool:
 
 
 def _report(grid, space, tracker, parent_run_id, callback, expected: int) -> str:
-    metric, mode = space.search.metric, space.search.mode
     if _interrupted(grid, expected):
         callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
         print(f"\ninterrupted; continue with: python -m platform.sweep {space.name} --resume", file=sys.stderr)
         return "KILLED"
+    if space.search.multi_objective:
+        return _report_pareto(grid, space, tracker, parent_run_id, callback)
+    metric, mode = space.search.metric, space.search.mode
     finished = [r for r in grid if r.error is None and r.metrics and metric in r.metrics]
     failed = sum(1 for r in grid if r.error is not None)
     if not finished:
@@ -298,6 +311,129 @@ def _report(grid, space, tracker, parent_run_id, callback, expected: int) -> str
         print(f"  {k} = {v}")
     rerun = " ".join(f"--set {k}={v}" for k, v in params.items())
     print(f"rerun it alone: python -m platform.run {space.name} {rerun}")
+    print(f"tune storage: {grid.experiment_path}")
+    return "FINISHED"
+
+
+def _front_rows(grid, space, callback) -> list[dict]:
+    """One row per finished trial (no error): its last reported objectives (and their std over seeds), the round,
+    its MLflow child run and its sampled parameters. A trial missing an objective still gets a row (it is left off
+    the front)."""
+    rows = []
+    for result in grid:
+        if result.error is not None or not result.metrics:
+            continue
+        trial_id = result.metrics.get("trial_id")
+        number = callback.numbers.get(trial_id) if callback is not None else None
+        row = {"trial": f"trial-{number:03d}" if number else str(trial_id), "run_id": (callback.runs.get(trial_id)
+               if callback is not None else None), "round": result.metrics.get("round")}
+        for metric in space.search.metrics:
+            row[metric] = result.metrics.get(metric)
+            if result.metrics.get(f"{metric}_std") is not None:
+                row[f"{metric}_std"] = result.metrics[f"{metric}_std"]
+        row["params"] = dict((result.config or {}).get("params", result.config or {}))
+        rows.append(row)
+    return rows
+
+
+def _json_value(value):
+    """JSON has no inf/NaN: write them as strings ("inf", "-inf", "nan")."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def _front_csv(front: list[dict]) -> str:
+    import csv
+    import io
+
+    params = list(dict.fromkeys(k for row in front for k in row["params"]))
+    values = list(dict.fromkeys(k for row in front for k in row if k not in ("trial", "run_id", "round", "params")))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["trial", "run_id", "round", *values, *params])
+    for row in front:
+        writer.writerow([row["trial"], row["run_id"] or "", row["round"], *(row.get(k, "") for k in values),
+                         *(row["params"].get(k, "") for k in params)])
+    return out.getvalue()
+
+
+def _front_plot(rows: list[dict], front: list[dict], objectives: list[tuple[str, str]], path: str, title: str) -> None:
+    """The first two objectives of every finished trial (grey) with the front highlighted (red, joined)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from platform.pareto import objective_value
+
+    (x_name, x_mode), (y_name, y_mode) = objectives[:2]
+
+    def points(which):
+        pts = [(objective_value(r, x_name), objective_value(r, y_name)) for r in which]
+        return [(x, y) for x, y in pts if x is not None and y is not None]
+
+    fig = Figure(figsize=(6.4, 4.8), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    every = points(rows)
+    on_front = sorted(points(front))
+    if every:
+        ax.scatter(*zip(*every), c="0.6", s=30, label=f"finished trials ({len(every)})", zorder=2)
+    if on_front:
+        ax.plot(*zip(*on_front), "-", c="tab:red", alpha=0.5, zorder=3)
+        ax.scatter(*zip(*on_front), c="tab:red", s=60, edgecolors="black", label=f"Pareto front ({len(front)})",
+                   zorder=4)
+    ax.set_xlabel(f"{x_name} ({'higher' if x_mode == 'max' else 'lower'} is better)")
+    ax.set_ylabel(f"{y_name} ({'higher' if y_mode == 'max' else 'lower'} is better)")
+    if len(objectives) > 2:
+        title += f" (first 2 of {len(objectives)} objectives)"
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def _report_pareto(grid, space, tracker, parent_run_id, callback) -> str:
+    """Multi-objective: print the Pareto front of the finished trials (last reported values) and log it to the
+    parent run as ``pareto_front.json``, ``pareto_front.csv``, ``pareto_front.png`` and metric ``pareto_size``."""
+    import tempfile
+
+    from platform.pareto import objective_value, pareto_front
+
+    objectives = space.search.objectives
+    rows = _front_rows(grid, space, callback)
+    failed = sum(1 for r in grid if r.error is not None)
+    complete = [r for r in rows if all(objective_value(r, m) is not None for m, _ in objectives)]
+    if not complete:
+        print(f"no trial finished with {', '.join(space.search.metrics)} ({failed} failed); see the child runs in "
+              f"MLflow", file=sys.stderr)
+        return "FAILED"
+    front = pareto_front(complete, objectives)
+    best = {f"{METRIC_BEST}{m}": (max if d == "max" else min)(objective_value(r, m) for r in complete)
+            for m, d in objectives}
+    tracker.log_metrics(parent_run_id, {METRIC_PARETO_SIZE: len(front), **best, "trials_completed": len(complete),
+                                        "trials_failed": failed})
+    tracker.log_text(parent_run_id, json.dumps(_json_value(front), indent=2), ARTIFACT_PARETO_JSON)
+    tracker.log_text(parent_run_id, _front_csv(front), ARTIFACT_PARETO_CSV)
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, ARTIFACT_PARETO_PNG)
+            _front_plot(complete, front, objectives, path, f"{space.name}: Pareto front")
+            tracker.client.log_artifact(parent_run_id, path)
+    except Exception as err:  # noqa: BLE001 - the table is the result; a plot failure must not fail the sweep
+        print(f"warning: could not plot the Pareto front: {err}", file=sys.stderr)
+    names = ", ".join(f"{m} ({d})" for m, d in objectives)
+    print(f"\nPareto front of {len(complete)} trial(s) ({failed} failed): {len(front)} non-dominated on {names}")
+    for row in front:
+        values = "  ".join(f"{m} {row[m]:.4f}" for m, _ in objectives)
+        params = ", ".join(f"{k}={v}" for k, v in row["params"].items()) or "(the base config)"
+        print(f"  {values}  | {params}")
+    print(f"front table: {ARTIFACT_PARETO_JSON}, {ARTIFACT_PARETO_CSV} and {ARTIFACT_PARETO_PNG} on the parent run "
+          f"{parent_run_id}")
     print(f"tune storage: {grid.experiment_path}")
     return "FINISHED"
 

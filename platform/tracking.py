@@ -191,7 +191,7 @@ class MlflowSweepCallback(tune.Callback):
         self.quiet = quiet
         self.runs: dict[str, str] = {}  # trial_id -> MLflow run id
         self.numbers: dict[str, int] = {}  # trial_id -> 1-based order of start
-        self.best: dict[str, float] = {}  # trial_id -> best metric so far
+        self.best: dict[str, Any] = {}  # trial_id -> best metric so far (multi-objective: {metric: best so far})
         self.last: dict[str, dict] = {}  # trial_id -> last reported round metrics
         self.open: set[str] = set()  # trial ids whose MLflow run has not ended
 
@@ -262,6 +262,9 @@ class MlflowSweepCallback(tune.Callback):
         metrics = round_metrics(result)
         self.tracker.log_metrics(run_id, metrics, step=step)
         self.last[trial.trial_id] = {"round": step, **metrics}
+        if self.space.search.multi_objective:
+            self._round_objectives(trial, step, metrics)
+            return
         metric, mode = self.space.search.metric, self.space.search.mode
         if metric in metrics:
             prev = self.best.get(trial.trial_id)
@@ -271,6 +274,21 @@ class MlflowSweepCallback(tune.Callback):
             std = f" ± {metrics[metric + '_std']:.4f}" if metric + "_std" in metrics else ""
             self._say(f"{self._label(trial)} round {step}/{self.total_rounds}  {metric} {value:.4f}{std}")
 
+    def _round_objectives(self, trial, step: int, metrics: dict) -> None:
+        """Multi-objective: track each objective's best so far (``best`` holds a dict per trial) and print them all."""
+        best = self.best.setdefault(trial.trial_id, {})
+        shown = []
+        for metric, mode in self.space.search.objectives:
+            if metric not in metrics:
+                continue
+            value, prev = metrics[metric], best.get(metric)
+            if prev is None or (value > prev if mode == "max" else value < prev):
+                best[metric] = value
+            std = f" ± {metrics[metric + '_std']:.4f}" if metric + "_std" in metrics else ""
+            shown.append(f"{metric} {value:.4f}{std}")
+        if shown:
+            self._say(f"{self._label(trial)} round {step}/{self.total_rounds}  " + "  ".join(shown))
+
     def _finish(self, trial, status: str, mlflow_status: str):
         run_id = self.runs.get(trial.trial_id)
         if run_id is None:
@@ -278,14 +296,16 @@ class MlflowSweepCallback(tune.Callback):
         last = self.last.get(trial.trial_id, {})
         summary = {f"{METRIC_FINAL}{k}": v for k, v in last.items() if k != "round"}
         summary[METRIC_ROUNDS_COMPLETED] = last.get("round", 0)
-        if trial.trial_id in self.best:
-            summary[f"{METRIC_BEST}{self.space.search.metric}"] = self.best[trial.trial_id]
+        best = self.best.get(trial.trial_id)
+        if isinstance(best, dict):  # multi-objective: the best of each objective over rounds
+            summary.update({f"{METRIC_BEST}{m}": v for m, v in best.items()})
+        elif best is not None:
+            summary[f"{METRIC_BEST}{self.space.search.metric}"] = best
         self.tracker.log_metrics(run_id, summary, step=int(last.get("round", 0)))
         self.tracker.set_tag(run_id, TAG_STATUS, status)
         self.tracker.end_run(run_id, mlflow_status)
         self.open.discard(trial.trial_id)
-        metric = self.space.search.metric
-        final = f"  {metric} {last[metric]:.4f}" if metric in last else ""
+        final = "".join(f"  {m} {last[m]:.4f}" for m in self.space.search.metrics if m in last)
         self._say(f"{self._label(trial)} {status}{final}")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
