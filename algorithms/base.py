@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence, TypeVar, Union
 
 import torch
 from torch import nn
@@ -34,6 +34,21 @@ from algorithms.common.weights import get_flat_weights
 
 #: A global model as the server holds it: one flat vector, or one per architecture (model-heterogeneous runs).
 GlobalWeights = Union[torch.Tensor, dict[str, torch.Tensor]]
+
+T = TypeVar("T")
+
+
+def compute_now(name: str, key: dict, compute: Callable[[], T]) -> T:
+    """The memo used without the platform's stage cache: computes every time."""
+    return compute()
+
+
+#: ``memo(name, key, compute)``: the result of ``compute()``, cached across trials by the platform's stage cache
+#: under ``name``, the method's ``key`` (exactly the hyperparameters the result depends on, e.g. ``{"lam": λ}``),
+#: the code of the method's module and the data the context holds (dataset, partition, public data, models,
+#: pre-training, seeds, and on a client its id). One-shot work (FedAUX's scoring solve, features of public data)
+#: runs once per distinct key for the whole sweep. Results must be picklable tensors/arrays/dicts.
+Memo = Callable[[str, dict, Callable[[], Any]], Any]
 
 
 @dataclass
@@ -68,6 +83,7 @@ class ServerContext:
     val_x: Optional[torch.Tensor] = None  # the server's validation split (from the training pool)
     val_y: Optional[torch.Tensor] = None
     test_y: Optional[torch.Tensor] = None  # held-out test labels: for metrics of client ensembles (FedED)
+    memo: Memo = compute_now  # cross-trial cache for one-shot server work (see :data:`Memo`)
 
     @classmethod
     def for_model(cls, model: nn.Module, *, server_lr: float = 1.0, server_momentum: float = 0.0,
@@ -115,6 +131,7 @@ class ClientContext:
     #: the flat weights ``model`` had when built (the seeded initialisation of its architecture): where a
     #: personalised model starts. ``model`` itself holds whatever the previous client on this actor left in it.
     initial_weights: Optional[torch.Tensor] = None
+    memo: Memo = compute_now  # cross-trial cache for one-shot client work (see :data:`Memo`)
 
     @property
     def num_samples(self) -> int:
