@@ -116,7 +116,10 @@ def main(argv=None) -> int:
     connect_ray(args.address)
     print(f"{config.algorithm.name} on {config.dataset.name}: {config.clients.num_clients} clients, "
           f"{config.clients.clients_per_round} per round, {config.rounds} rounds", flush=True)
-    federations = start_federations(config, [config.seed], lazy_clients=config.mode == "one_round")
+    from platform.cache import open_cache
+
+    federations = start_federations(config, [config.seed], lazy_clients=config.mode == "one_round",
+                                    cache=open_cache(args.cache_dir, not args.no_cache))
     tracker = None if args.no_mlflow else Tracker(uri, args.experiment or experiment)
     run_id = None
     status = "FAILED"

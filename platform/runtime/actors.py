@@ -24,6 +24,7 @@ from algorithms.base import aggregate_round, group_by_architecture, mean_metrics
 from algorithms.common import LocalTraining, evaluate, get_flat_weights, set_flat_weights
 from platform.models import assign_architectures, build_model
 from platform.runtime.seeding import derived_seed, generator
+from platform.runtime.memo import make_memo
 from platform.runtime.state_store import ClientStateStore
 
 SERVER_STREAM_KEY = 2**32 - 1  # distinguishes the server's streams from every (round, client) stream
@@ -122,7 +123,8 @@ class ParameterServer(Reusable):
 
     def __init__(self, config, test_data: tuple[np.ndarray, np.ndarray], input_shape, num_classes: int,
                  num_threads: int = 1, wants_gpu: bool = False, public_x: Optional[np.ndarray] = None,
-                 val_data: Optional[tuple[np.ndarray, np.ndarray]] = None):
+                 val_data: Optional[tuple[np.ndarray, np.ndarray]] = None, cache=None):
+        """``cache``: the stage cache behind ``ServerContext.memo`` (None: the memo computes every time)."""
         torch.set_num_threads(num_threads)
         self.config = config
         self.device = _pick_device(wants_gpu)
@@ -142,7 +144,8 @@ class ParameterServer(Reusable):
             noise_generator=generator(noise_seed, SERVER_STREAM_KEY),
             public_x=None if public_x is None else _as_tensor(public_x, self.device),
             val_x=_as_tensor(val_data[0], self.device) if has_val else None,
-            val_y=_as_tensor(val_data[1], self.device) if has_val else None)
+            val_y=_as_tensor(val_data[1], self.device) if has_val else None,
+            memo=make_memo(cache, config, type(self.algorithm)))
         self.test_x = _as_tensor(test_data[0], self.device)
         self.test_y = _as_tensor(test_data[1], self.device)
         self.ctx.test_y = self.test_y
@@ -330,8 +333,10 @@ class ClientPool(Reusable):
                  shards: Union[ClientSplits, ClientShards, Mapping[int, np.ndarray]],
                  input_shape, num_classes: int, num_threads: int = 1, wants_gpu: bool = False,
                  public_x: Optional[np.ndarray] = None, test_data: Optional[tuple[np.ndarray, np.ndarray]] = None,
-                 hosted: Optional[np.ndarray] = None):
+                 hosted: Optional[np.ndarray] = None, cache=None):
+        """``cache``: the stage cache behind ``ClientContext.memo`` (None: the memo computes every time)."""
         torch.set_num_threads(num_threads)
+        self.cache = cache
         self.config = config
         self.device = _pick_device(wants_gpu)
         self.public_x = None if public_x is None else _as_tensor(public_x, self.device)
@@ -374,7 +379,8 @@ class ClientPool(Reusable):
             training=self.training, generator=generator(self.training_seed, round_index, k),
             noise_generator=generator(self.noise_seed, round_index, k), state=state, device=self.device,
             val_x=val_x, val_y=val_y, test_x=test_x, test_y=test_y, public_x=self.public_x,
-            global_test_x=self.global_test_x, initial_weights=self._initial[self.architecture(k)])
+            global_test_x=self.global_test_x, initial_weights=self._initial[self.architecture(k)],
+            memo=make_memo(self.cache, self.config, type(self.algorithm), k))
 
     def train(self, payload: dict, client_ids: Sequence[int], round_index: int, reduce: bool = True,
               states: Optional[Mapping[int, dict]] = None) -> RoundResult:

@@ -168,11 +168,13 @@ class Federation:
     MAX_ROUND_RETRIES = 2
 
     def __init__(self, config, placement: Placement, data: Optional[SharedData] = None, wait: bool = True,
-                 lazy_clients: bool = False, warm: Optional[WarmActors] = None):
+                 lazy_clients: bool = False, warm: Optional[WarmActors] = None, cache=None):
         """``lazy_clients``: create the client actors only when a round needs them (a cached one-round
         analysis may never need them). ``warm``: take idle actors from there (reset for this config) before
-        creating new ones, and give them back at :meth:`shutdown`."""
+        creating new ones, and give them back at :meth:`shutdown`. ``cache``: the stage cache behind the
+        algorithm contexts' ``memo`` (None: one-shot work is recomputed in every trial)."""
         self.config = config
+        self.cache = cache
         self.warm = warm
         self._keys: dict = {}  # actor id -> its WarmActors key
         self.placement = placement
@@ -201,7 +203,7 @@ class Federation:
         # Every .remote() below returns at once: the actors are created concurrently.
         threads = server_threads(config.resources, placement.replicas)
         server_args = (config, data.test_ref, data.input_shape, data.num_classes, threads, False, data.public_ref,
-                       data.val_ref)
+                       data.val_ref, cache)
         self.server_in_process = config.mode == "one_round"
         self.ready_refs: list = []
         if self.server_in_process:
@@ -227,7 +229,7 @@ class Federation:
             (self.placement.client_options(a, bundle), (
                 config, data.train_ref, self._splits_ref, data.input_shape, data.num_classes, threads,
                 config.resources.gpu > 0, data.public_ref, data.test_ref if self.algorithm_needs_test_inputs else None,
-                np.flatnonzero(self.owner == a)))
+                np.flatnonzero(self.owner == a), self.cache))
             for a in range(self.num_actors)]
         self.pools = [self._actor("clients", RemoteClientPool, options, args) for options, args in self._pool_specs]
 

@@ -39,16 +39,17 @@ def summarise_seeds(per_seed: list[dict]) -> dict:
 
 
 def start_federations(config, seeds: list[int], shared: SharedData | None = None,
-                      lazy_clients: bool = False, warm: WarmActors | None = None) -> list[Federation]:
+                      lazy_clients: bool = False, warm: WarmActors | None = None, cache=None) -> list[Federation]:
     """Create one federation per seed, all actors at once, in the current trial's placement group; with
-    ``warm``, idle actors of an earlier trial in this process are reset and reused first."""
+    ``warm``, idle actors of an earlier trial in this process are reset and reused first. ``cache``: the stage
+    cache behind the algorithm's ``memo`` (None: no cross-trial caching of one-shot work)."""
     placement = current_placement(len(seeds))
     if placement is None:  # outside Tune (platform.run): a placement group of our own
         placement = own_placement(config.resources, len(seeds))
         ray.get(placement.placement_group.ready())
     if shared is None or not shared.serves(config):
         shared = share_dataset(config)  # once for all seeds
-    federations = [Federation(c, placement, shared, wait=False, lazy_clients=lazy_clients, warm=warm)
+    federations = [Federation(c, placement, shared, wait=False, lazy_clients=lazy_clients, warm=warm, cache=cache)
                    for c in replicate_over_seeds(config, seeds)]
     try:
         ray.get([ref for f in federations for ref in f.ready_refs])
@@ -91,7 +92,8 @@ def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: Sha
     config = build_experiment(apply_overrides(base, params))
     one_round = config.mode == "one_round"
     try:
-        federations = start_federations(config, seeds, shared, lazy_clients=one_round, warm=WARM_ACTORS)
+        federations = start_federations(config, seeds, shared, lazy_clients=one_round, warm=WARM_ACTORS,
+                                        cache=open_cache(cache_root, use_cache))
     except BaseException:
         WARM_ACTORS.clear()
         raise

@@ -277,3 +277,48 @@ def test_reused_actors_start_the_next_trial_with_no_client_state(ray_local):
     finally:
         warm.clear()
         placement.release()
+
+
+# --- memo: one-shot work cached across trials under exactly the key it depends on -----------------------------
+
+@dataclass(frozen=True)
+class MemoHyperparams:
+    lam: float = spec(1.0, doc="a hyperparameter the memoised work depends on", gt=0)
+    other: float = spec(0.0, doc="one it does not depend on")
+
+
+class Memoising(FedAvg):
+    name = "memo_toy"
+    Hyperparams = MemoHyperparams
+    heterogeneous_models = False
+
+    def client_update(self, payload, client):
+        update = super().client_update(payload, client)
+        summary = client.memo("label_mean", {"lam": self.hp.lam},
+                              lambda: {"mean": client.y.float().mean() * self.hp.lam})
+        update.metrics["memo_value"] = float(summary["mean"])
+        return update
+
+
+def test_memo_computes_once_per_key_across_trials(ray_local, tmp_path):
+    from platform.cache import StageCache
+
+    cache = StageCache(str(tmp_path / "cache"))
+
+    def run(**params):
+        config = _config(algorithm={"name": f"{HERE}:Memoising", **params}, rounds=2,
+                         clients={"clients_per_round": 6})
+        federations = start_federations(config, [config.seed], cache=cache)
+        try:
+            return [m["memo_value"] for m in run_rounds(federations, 2)]
+        finally:
+            stop_federations(federations)
+
+    first = run(lam=1.0)
+    computed = cache.count("memo_toy.label_mean", "computed")
+    assert computed == 6  # every client once, although each trains in both rounds
+    assert run(lam=1.0, other=5.0) == first  # a hyperparameter outside the key: every client hits
+    assert cache.count("memo_toy.label_mean", "computed") == computed
+    assert cache.count("memo_toy.label_mean", "hit") == 6 + 12  # round 2 of the first run, both of the second
+    doubled = run(lam=2.0)  # a key hyperparameter: recomputed
+    assert doubled == [2 * v for v in first] and cache.count("memo_toy.label_mean", "computed") > computed
