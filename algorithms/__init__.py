@@ -6,7 +6,8 @@ its own. A method of your own needs no change here: see docs/adding_a_method.md.
 """
 from algorithms.base import (ALGORITHMS, Algorithm, ClientContext, ClientUpdate, Metric, ServerContext, ServerState,
                              reduce_updates, register, resolve_algorithm)
-from algorithms import fedavg, fedprox, fedkp, fedpa, sgld, feded, feddf  # noqa: F401,E402  (each registers its methods)
+# Each module registers its methods (@register) when imported.
+from algorithms import fedavg, fedprox, fedkp, fedpa, sgld, feded, feddf, fedaux  # noqa: F401,E402
 
 __all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "ClientUpdate", "Metric", "ServerContext", "ServerState",
            "reduce_updates", "register", "resolve_algorithm"]
