@@ -16,6 +16,7 @@ import numpy as np
 import yaml
 
 from platform.data.public import PublicDataConfig
+from platform.pretrain import PretrainConfig
 from platform.errors import ConfigError
 from platform.schema import build, flatten, spec, to_dict
 
@@ -218,6 +219,7 @@ class ExperimentConfig:
     seeds: SeedsConfig = spec(factory=SeedsConfig)
     resources: ResourcesConfig = spec(factory=ResourcesConfig)
     public: PublicDataConfig = spec(factory=PublicDataConfig)
+    pretrain: PretrainConfig = spec(factory=PretrainConfig)
 
     def stream_seed(self, stream: str) -> int:
         """The seed of one random stream: explicit in ``seeds``, else derived from ``seed`` and the stream."""
@@ -278,6 +280,9 @@ def _check_cross_section(config: ExperimentConfig) -> None:
 
     check_dataset_available(config.dataset)
     check_public_available(config.public, config.dataset)
+    from platform.pretrain import check_pretrain
+
+    check_pretrain(config)
     if config.mode == "one_round" and config.rounds != 1:
         raise ConfigError("rounds", f"must be 1 when mode is one_round, got {config.rounds}")
     from algorithms import ALGORITHMS, resolve_algorithm

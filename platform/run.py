@@ -108,7 +108,9 @@ def main(argv=None) -> int:
     # importable once the driver joins the cluster; see platform.sweep).
     import platform.cache  # noqa: F401
     import platform.data.summary  # noqa: F401
+    from platform.pretrain import prepare_pretrained
     from platform.tracking import Tracker, resolve_tracking_uri, results_home, ui_command
+    from platform.runtime.federation import share_dataset
     from platform.runtime.trial import start_federations, stop_federations
 
     uri = None if args.no_mlflow else resolve_tracking_uri(args.tracking_uri)
@@ -118,8 +120,12 @@ def main(argv=None) -> int:
           f"{config.clients.clients_per_round} per round, {config.rounds} rounds", flush=True)
     from platform.cache import open_cache
 
-    federations = start_federations(config, [config.seed], lazy_clients=config.mode == "one_round",
-                                    cache=open_cache(args.cache_dir, not args.no_cache))
+    cache = open_cache(args.cache_dir, not args.no_cache)
+    shared = share_dataset(config)
+    # Pre-training (pretrain.method) runs here, on the driver, before any actor starts (platform.pretrain).
+    shared = prepare_pretrained(shared, [config], cache)
+    federations = start_federations(config, [config.seed], shared, lazy_clients=config.mode == "one_round",
+                                    cache=cache)
     tracker = None if args.no_mlflow else Tracker(uri, args.experiment or experiment)
     run_id = None
     status = "FAILED"

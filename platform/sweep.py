@@ -157,6 +157,8 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     import platform.cache  # noqa: F401
     import platform.runtime.placement  # noqa: F401
     import platform.runtime.trial  # noqa: F401
+    from platform.cache import open_cache
+    from platform.pretrain import prepare_pretrained, sweep_pretrain_configs
     from platform.runtime.federation import share_dataset
     from platform.tracking import MlflowSweepCallback, Tracker, ui_command
 
@@ -176,6 +178,11 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
                       f"metric (val_accuracy) and report test", file=sys.stderr, flush=True)
         expected_trials = _expected_trials(space)
         shared = share_dataset(base_config)  # into the object store once, for every trial
+        # Pre-training (pretrain.method) of every (architecture, seed) the trials can need: here, on the driver,
+        # before Tune starts (a trial's placement group cannot host Ray Train's workers); cache hits cost nothing.
+        shared = prepare_pretrained(shared, sweep_pretrain_configs(space),
+                                    open_cache(args.cache_dir, not args.no_cache),
+                                    log=(lambda *a, **k: None) if args.quiet else print)
         callback = MlflowSweepCallback(tracker, parent_run_id, space, base_config.rounds, expected_trials,
                                        quiet=args.quiet, shared=shared)
         trainable = _trainable(space, base_config, shared, args)

@@ -43,11 +43,30 @@ def _as_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
         return torch.as_tensor(array, device=device)
 
 
-def _model_for(config, input_shape, num_classes, device, name: Optional[str] = None) -> torch.nn.Module:
+def _model_for(config, input_shape, num_classes, device, name: Optional[str] = None,
+               pretrained: Optional[Mapping[str, dict]] = None) -> torch.nn.Module:
+    """The model of architecture ``name`` (default ``model.name``), seeded by the init stream; with
+    ``pretrain.method`` set, its ``features`` get the prepared pre-trained state (``pretrained``: architecture ->
+    features state_dict or its ObjectRef), strict, and the head stays as built."""
+    name = name or config.model.name
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.stream_seed("init"))
-        model = build_model(name or config.model.name, input_shape, num_classes)
+        model = build_model(name, input_shape, num_classes)
+    if config.pretrain.method != "none":
+        from platform.pretrain import load_pretrained_features
+
+        load_pretrained_features(model, name, config, pretrained)
     return model.to(device)
+
+
+def _resolve_pretrained(pretrained: Optional[Mapping]) -> Optional[dict]:
+    """architecture -> features state_dict, fetching the object-store references (nested, so not resolved by
+    Ray when the actor was created)."""
+    if pretrained is None:
+        return None
+    refs = {k: v for k, v in pretrained.items() if isinstance(v, ray.ObjectRef)}
+    fetched = dict(zip(refs, ray.get(list(refs.values())))) if refs else {}
+    return {k: fetched.get(k, v) for k, v in pretrained.items()}
 
 
 class Reusable:
@@ -123,10 +142,13 @@ class ParameterServer(Reusable):
 
     def __init__(self, config, test_data: tuple[np.ndarray, np.ndarray], input_shape, num_classes: int,
                  num_threads: int = 1, wants_gpu: bool = False, public_x: Optional[np.ndarray] = None,
-                 val_data: Optional[tuple[np.ndarray, np.ndarray]] = None, cache=None):
-        """``cache``: the stage cache behind ``ServerContext.memo`` (None: the memo computes every time)."""
+                 val_data: Optional[tuple[np.ndarray, np.ndarray]] = None, cache=None,
+                 pretrained: Optional[Mapping] = None):
+        """``cache``: the stage cache behind ``ServerContext.memo`` (None: the memo computes every time).
+        ``pretrained``: architecture -> pre-trained features (or their ObjectRefs), with ``pretrain.method`` set."""
         torch.set_num_threads(num_threads)
         self.config = config
+        pretrained = _resolve_pretrained(pretrained)
         self.device = _pick_device(wants_gpu)
         noise_seed, training_seed = config.stream_seed("noise"), config.stream_seed("training")
         _seed_global_rng(noise_seed, SERVER_STREAM_KEY, device=self.device)
@@ -134,7 +156,7 @@ class ParameterServer(Reusable):
         names = client_architectures(config)
         clients_per_architecture = (dict(Counter(names)) if names is not None
                                     else {config.model.name: config.clients.num_clients})
-        models = {name: _model_for(config, input_shape, num_classes, self.device, name)
+        models = {name: _model_for(config, input_shape, num_classes, self.device, name, pretrained)
                   for name in dict.fromkeys([config.model.name, *clients_per_architecture])}
         has_val = val_data is not None and len(val_data[1]) > 0
         self.ctx = ServerContext(
@@ -333,10 +355,12 @@ class ClientPool(Reusable):
                  shards: Union[ClientSplits, ClientShards, Mapping[int, np.ndarray]],
                  input_shape, num_classes: int, num_threads: int = 1, wants_gpu: bool = False,
                  public_x: Optional[np.ndarray] = None, test_data: Optional[tuple[np.ndarray, np.ndarray]] = None,
-                 hosted: Optional[np.ndarray] = None, cache=None):
-        """``cache``: the stage cache behind ``ClientContext.memo`` (None: the memo computes every time)."""
+                 hosted: Optional[np.ndarray] = None, cache=None, pretrained: Optional[Mapping] = None):
+        """``cache``: the stage cache behind ``ClientContext.memo`` (None: the memo computes every time).
+        ``pretrained``: architecture -> pre-trained features (or their ObjectRefs), with ``pretrain.method`` set."""
         torch.set_num_threads(num_threads)
         self.cache = cache
+        self.pretrained = _resolve_pretrained(pretrained)
         self.config = config
         self.device = _pick_device(wants_gpu)
         self.public_x = None if public_x is None else _as_tensor(public_x, self.device)
@@ -350,7 +374,7 @@ class ClientPool(Reusable):
         self._names = client_architectures(config)  # client -> architecture, only with heterogeneous architectures
         names_used = [config.model.name] if self._names is None else [self._names[k] for k in self.hosted]
         self.input_shape, self.num_classes = input_shape, num_classes
-        self.models = {name: _model_for(config, input_shape, num_classes, self.device, name)
+        self.models = {name: _model_for(config, input_shape, num_classes, self.device, name, self.pretrained)
                        for name in sorted(set(names_used))}
         self._initial = {name: get_flat_weights(model) for name, model in self.models.items()}
         self.x = _as_tensor(train_data[0], torch.device("cpu"))  # zero-copy view of the object-store array
@@ -423,7 +447,8 @@ class ClientPool(Reusable):
         balanced round may hand this actor any client)."""
         name = self.architecture(k)
         if name not in self.models:
-            self.models[name] = _model_for(self.config, self.input_shape, self.num_classes, self.device, name)
+            self.models[name] = _model_for(self.config, self.input_shape, self.num_classes, self.device, name,
+                                           self.pretrained)
             self._initial[name] = get_flat_weights(self.models[name])
         return self.models[name]
 

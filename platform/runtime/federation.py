@@ -48,10 +48,41 @@ class SharedData:
     public_ref: Optional[ray.ObjectRef] = None  # unlabelled public inputs (NumPy), if the config asks for them
     val_fraction: float = 0.0  # server.val_fraction the server's validation split was taken with
     val_ref: Optional[ray.ObjectRef] = None  # the server's validation split (x, y), from the training pool
+    # Pre-trained feature extractors (platform.pretrain), put in the object store once by the driver:
+    # (architecture, init seed, PretrainConfig) -> ObjectRef of the features state_dict.
+    pretrained: Optional[dict] = None
 
     def serves(self, config) -> bool:
+        """Whether this data serves ``config``: the same dataset, public pool and validation split, and, when
+        ``config`` pre-trains, every (architecture, seed) it needs prepared."""
         return (self.dataset == config.dataset and self.public == config.public
-                and self.val_fraction == config.server.val_fraction)
+                and self.val_fraction == config.server.val_fraction and self.missing_pretrained(config) == [])
+
+    def missing_pretrained(self, config) -> list[str]:
+        """The architectures of ``config`` whose pre-trained features this data does not hold."""
+        from platform.pretrain import architectures_of, pretrained_key
+
+        if config.pretrain.method == "none":
+            return []
+        have = self.pretrained or {}
+        return [a for a in architectures_of(config) if pretrained_key(config, a) not in have]
+
+    def pretrained_for(self, config) -> Optional[dict]:
+        """architecture -> ObjectRef of its pre-trained features for ``config`` (None without pre-training);
+        raises :class:`platform.pretrain.PretrainNotPrepared` when one was not prepared."""
+        from platform.pretrain import PretrainNotPrepared, architectures_of, pretrained_key
+
+        if config.pretrain.method == "none":
+            return None
+        missing = self.missing_pretrained(config)
+        if missing:
+            raise PretrainNotPrepared(
+                f"pretrain.method is {config.pretrain.method} but no pre-trained features of {', '.join(missing)} "
+                f"(init seed {config.stream_seed('init')}, {config.pretrain}) were prepared for this run; the "
+                f"driver prepares them before any trial starts (platform.pretrain.prepare_pretrained, done by "
+                f"platform.sweep and platform.run). Swept continuous pretrain.* values and swept dataset/public "
+                f"sections cannot be prepared")
+        return {a: self.pretrained[pretrained_key(config, a)] for a in architectures_of(config)}
 
 
 def share_dataset(config) -> SharedData:
@@ -181,6 +212,7 @@ class Federation:
         if data is None or not data.serves(config):
             data = share_dataset(config)
         self.data = data
+        self.pretrained = data.pretrained_for(config)  # arch -> ObjectRef; raises if not prepared
         self.splits = client_splits(config, data)
         self.shards = self.splits.train
         self._splits_ref = None
@@ -203,7 +235,7 @@ class Federation:
         # Every .remote() below returns at once: the actors are created concurrently.
         threads = server_threads(config.resources, placement.replicas)
         server_args = (config, data.test_ref, data.input_shape, data.num_classes, threads, False, data.public_ref,
-                       data.val_ref, cache)
+                       data.val_ref, cache, self.pretrained)
         self.server_in_process = config.mode == "one_round"
         self.ready_refs: list = []
         if self.server_in_process:
@@ -229,7 +261,7 @@ class Federation:
             (self.placement.client_options(a, bundle), (
                 config, data.train_ref, self._splits_ref, data.input_shape, data.num_classes, threads,
                 config.resources.gpu > 0, data.public_ref, data.test_ref if self.algorithm_needs_test_inputs else None,
-                np.flatnonzero(self.owner == a), self.cache))
+                np.flatnonzero(self.owner == a), self.cache, self.pretrained))
             for a in range(self.num_actors)]
         self.pools = [self._actor("clients", RemoteClientPool, options, args) for options, args in self._pool_specs]
 
