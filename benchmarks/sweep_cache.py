@@ -46,13 +46,16 @@ def _child_runs(uri: str, experiment: str) -> list:
     return [r for r in runs if "mlflow.parentRunId" in r.data.tags]
 
 
-def run_sweep(space: str, num_samples: int, cache_dir: str, use_cache: bool, timeout: float) -> dict:
+def run_sweep(space: str, num_samples: int, cache_dir: str, use_cache: bool, timeout: float,
+              overrides: tuple = ()) -> dict:
     with tempfile.TemporaryDirectory(prefix="fedsweep-bench-") as home:
         uri = f"sqlite:///{home}/mlflow.db"
         cmd = [sys.executable, "-m", "platform.sweep", space, "--num-samples", str(num_samples), "--quiet",
                "--cache-dir", cache_dir, "--tracking-uri", uri, "--storage-path", os.path.join(home, "ray_results")]
         if not use_cache:
             cmd.append("--no-cache")
+        for override in overrides:
+            cmd += ["--set", override]
         env = {**os.environ, "FEDSWEEP_HOME": home}
         env.pop("RAY_ADDRESS", None)
         with ForeignLoad() as load:
@@ -81,21 +84,28 @@ def main(argv=None) -> int:
     parser.add_argument("--quiet-wait", type=float, default=60.0,
                         help="seconds to wait for other processes to go quiet before each sweep (default 60)")
     parser.add_argument("--json", action="store_true", help="also print one JSON line per sweep")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="base-config override passed to every sweep (repeatable)")
+    parser.add_argument("--variants", default="no cache,cache, cold,cache, warm".replace(",cache", ";cache"),
+                        help="which rows to run, ';'-separated (default: no cache;cache, cold;cache, warm)")
     args = parser.parse_args(argv)
+    variants = [v.strip() for v in args.variants.split(";") if v.strip()]
     print(machine_line(), flush=True)
     rows, results = [], []
     for space in [s.strip() for s in args.spaces.split(",") if s.strip()]:
         with tempfile.TemporaryDirectory(prefix="fedsweep-cache-") as cache_dir:
             per_space = []
             for label, use_cache in (("no cache", False), ("cache, cold", True), ("cache, warm", True)):
+                if label not in variants:
+                    continue
                 print(f"... {space}: {label}", file=sys.stderr, flush=True)
                 wait_for_quiet(timeout=args.quiet_wait)
-                r = run_sweep(space, args.num_samples, cache_dir, use_cache, args.timeout)
+                r = run_sweep(space, args.num_samples, cache_dir, use_cache, args.timeout, tuple(args.overrides))
                 r["variant"] = label
                 per_space.append(r)
                 if args.json:
                     print(json.dumps(r), flush=True)
-        base = per_space[0]["trials_per_min"]
+        base = per_space[0]["trials_per_min"]  # speed-up: over the first row run
         for r in per_space:
             r["speedup"] = r["trials_per_min"] / base if base else float("nan")
             rows.append([space, r["variant"], r["trials"], r["cached_trials"], f"{r['median_trial_s']:.2f}",

@@ -17,6 +17,13 @@ CASES = {
     "missing data root": (["platform.sweep", "smoke", "--set", "dataset.name=mnist", "--set",
                            "dataset.root=/no/such/dir"], "dataset.root: data root '/no/such/dir' does not exist"),
     "bad num samples": (["platform.sweep", "smoke", "--num-samples", "0"], "--num-samples"),
+    "fedaux epsilon <= 0": (["platform.sweep", "fedaux_dp", "--set", "algorithm.epsilon=0"],
+                            "algorithm.epsilon: must be > 0"),
+    "fedaux delta not in (0, 1)": (["platform.sweep", "fedaux_dp", "--set", "algorithm.delta=1"],
+                                   "algorithm.delta: must be < 1"),
+    "fedaux lambda <= 0": (["platform.run", "fedaux_dp", "--set", "algorithm.lam=0"], "algorithm.lam: must be > 0"),
+    "pretraining without public data": (["platform.run", "fedaux_dp", "--set", "public.source=none"],
+                                        "pretrain.method"),
 }
 
 
