@@ -22,6 +22,17 @@ def ray_local():
 
 
 @pytest.fixture
+def one_torch_thread():
+    """Tiny models: torch's intra-op threads only add overhead (10x slower on a busy 2-CPU machine)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def tracking_uri(tmp_path):
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 

@@ -24,12 +24,7 @@ DIGITS = (1, 8, 8)
 PUBLIC = 100  # D_distill = first 80, D⁻ = last 20
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class DictMemo:

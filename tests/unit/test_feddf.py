@@ -20,13 +20,7 @@ DIGITS = (1, 8, 8)
 PUBLIC = 96
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: torch's intra-op threads only add overhead on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _model(name: str = "cnn", seed: int = 0) -> nn.Module:

@@ -22,13 +22,7 @@ CPU = torch.device("cpu")
 DIGITS = (1, 8, 8)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: torch's intra-op threads only add overhead (10x slower on a busy 2-CPU machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ---------------------------------------------------------------------------------------------------------------
