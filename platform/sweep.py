@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -380,7 +381,7 @@ def _front_plot(rows: list[dict], front: list[dict], objectives: list[tuple[str,
 
     def points(which):
         pts = [(objective_value(r, x_name), objective_value(r, y_name)) for r in which]
-        return [(x, y) for x, y in pts if x is not None and y is not None]
+        return [(x, y) for x, y in pts if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)]
 
     fig = Figure(figsize=(6.4, 4.8), dpi=100)
     FigureCanvasAgg(fig)
@@ -397,7 +398,10 @@ def _front_plot(rows: list[dict], front: list[dict], objectives: list[tuple[str,
     ax.set_ylabel(f"{y_name} ({'higher' if y_mode == 'max' else 'lower'} is better)")
     if len(objectives) > 2:
         title += f" (first 2 of {len(objectives)} objectives)"
-    ax.set_title(title)
+    hidden = len(front) - len(on_front)
+    if hidden:  # e.g. ε = inf (non-private): on the front, but no point to draw
+        title += f"\n{hidden} front point(s) not drawn: an infinite value (see pareto_front.csv)"
+    ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best")
     fig.tight_layout()
