@@ -86,16 +86,23 @@ class ServerContext:
     memo: Memo = compute_now  # cross-trial cache for one-shot server work (see :data:`Memo`)
 
     @classmethod
-    def for_model(cls, model: nn.Module, *, server_lr: float = 1.0, server_momentum: float = 0.0,
-                  num_classes: int = 10, device: torch.device = torch.device("cpu"), seed: int = 0,
-                  **fields: Any) -> "ServerContext":
-        """A homogeneous context around one model, for using a method without the platform (tests, notebooks):
-        architecture ``"model"``, generators seeded from ``seed`` (training) and ``seed + 1`` (noise)."""
+    def for_models(cls, models: dict[str, nn.Module], architecture_clients: dict[str, int], *,
+                   architecture: Optional[str] = None, server_lr: float = 1.0, server_momentum: float = 0.0,
+                   num_classes: int = 10, device: torch.device = torch.device("cpu"), seed: int = 0,
+                   **fields: Any) -> "ServerContext":
+        """A context without the platform (tests, notebooks): one model per architecture, ``architecture`` the
+        server's (default: the first of ``models``), generators seeded from ``seed`` (training) and ``seed + 1``
+        (noise) unless given in ``fields``."""
         fields.setdefault("training_generator", torch.Generator().manual_seed(seed))
         fields.setdefault("noise_generator", torch.Generator().manual_seed(seed + 1))
-        return cls(models={"model": model}, architecture="model", architecture_clients={"model": 1},
-                   server_lr=server_lr, server_momentum=server_momentum, num_classes=num_classes, device=device,
-                   **fields)
+        return cls(models=models, architecture=architecture or next(iter(models)),
+                   architecture_clients=architecture_clients, server_lr=server_lr, server_momentum=server_momentum,
+                   num_classes=num_classes, device=device, **fields)
+
+    @classmethod
+    def for_model(cls, model: nn.Module, **options: Any) -> "ServerContext":
+        """A homogeneous context around one model (architecture ``"model"``); options as :meth:`for_models`."""
+        return cls.for_models({"model": model}, {"model": 1}, **options)
 
     @property
     def model(self) -> nn.Module:

@@ -129,9 +129,7 @@ def test_fedavg_state_per_architecture_is_the_mean_of_that_group_only():
 
     torch.manual_seed(0)
     models = {"cnn": build_model("cnn", (1, 8, 8), 10), "mlp": build_model("mlp", (1, 8, 8), 10)}
-    ctx = ServerContext(models=models, architecture="cnn", architecture_clients={"cnn": 2, "mlp": 1}, server_lr=1.0,
-                        server_momentum=0.0, num_classes=10, device=torch.device("cpu"),
-                        training_generator=torch.Generator(), noise_generator=torch.Generator())
+    ctx = ServerContext.for_models(models, {"cnn": 2, "mlp": 1})
     state = FedAvg().init_server_state(ctx)
     assert set(state.weights) == {"cnn", "mlp"} and torch.equal(state.weights["cnn"], initial_weights(ctx)["cnn"])
     deltas = [(name, w, torch.randn(len(state.weights[name]))) for name, w in (("cnn", 1.0), ("cnn", 3.0),

@@ -73,10 +73,8 @@ def _client(k: int, public_x: torch.Tensor, round_index: int = 0, architecture: 
 
 def _ctx(public_x: torch.Tensor, architectures=("cnn",), memo=None) -> ServerContext:
     fields = {} if memo is None else {"memo": memo}
-    return ServerContext(models={a: _model(a, seed=0) for a in architectures}, architecture=architectures[0],
-                         architecture_clients={a: 2 for a in architectures}, server_lr=1.0, server_momentum=0.0,
-                         num_classes=10, device=CPU, training_generator=torch.Generator().manual_seed(11),
-                         noise_generator=torch.Generator().manual_seed(12), public_x=public_x, **fields)
+    return ServerContext.for_models({a: _model(a, seed=0) for a in architectures}, {a: 2 for a in architectures},
+                                    seed=11, public_x=public_x, **fields)
 
 
 def _updates(algo, state, public_x, clients, round_index=0, architectures=None):

@@ -229,10 +229,7 @@ def test_bn_eval_keeps_running_statistics_during_distillation():
 def test_heterogeneous_groups_average_within_and_distil_from_all():
     public_x = _public()
     models = {"cnn": _model("cnn"), "mlp": _model("mlp")}
-    ctx = ServerContext(models=models, architecture="cnn", architecture_clients={"cnn": 2, "mlp": 2},
-                        server_lr=1.0, server_momentum=0.0, num_classes=10, device=CPU,
-                        training_generator=torch.Generator().manual_seed(0),
-                        noise_generator=torch.Generator().manual_seed(1), public_x=public_x)
+    ctx = ServerContext.for_models(models, {"cnn": 2, "mlp": 2}, public_x=public_x)
     assert ctx.heterogeneous
     steps = 15
     algo = FedDF(_hp(distill_lr=1e-2, distill_steps=steps, distill_batch_size=32, distill_fraction=1.0))
@@ -282,10 +279,7 @@ def test_heterogeneous_groups_average_within_and_distil_from_all():
 def test_heterogeneous_architecture_without_clients_keeps_its_model_and_still_distils():
     public_x = _public()
     models = {"cnn": _model("cnn"), "mlp": _model("mlp")}
-    ctx = ServerContext(models=models, architecture="cnn", architecture_clients={"cnn": 1, "mlp": 1},
-                        server_lr=1.0, server_momentum=0.0, num_classes=10, device=CPU,
-                        training_generator=torch.Generator().manual_seed(0),
-                        noise_generator=torch.Generator().manual_seed(1), public_x=public_x)
+    ctx = ServerContext.for_models(models, {"cnn": 1, "mlp": 1}, public_x=public_x)
     algo = FedDF(_hp(distill_steps=3, distill_batch_size=32, distill_lr=1e-2))
     state = algo.init_server_state(ctx)
     u = algo.client_update(algo.broadcast(state, [0]), _client(0, _model("cnn", 3), public_x, "cnn"))

@@ -41,10 +41,8 @@ def _client(k, models, init, state, public, round_, n=16):
 
 
 def _server(models, public, seed=0):
-    return ServerContext(models=models, architecture="cnn", architecture_clients={"cnn": 2, "mlp": 2}, server_lr=1.0,
-                         server_momentum=0.0, num_classes=10, device=CPU,
-                         training_generator=torch.Generator().manual_seed(seed), noise_generator=torch.Generator(),
-                         public_x=public)
+    return ServerContext.for_models(models, {"cnn": 2, "mlp": 2}, architecture="cnn", seed=seed,
+                                    noise_generator=torch.Generator(), public_x=public)
 
 
 def _run(hp, rounds=3, sample=None, seed=0):
