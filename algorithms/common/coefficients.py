@@ -38,38 +38,32 @@ Weights = Union[torch.Tensor, Sequence[float], None]
 # validation
 # ---------------------------------------------------------------------------------------------------------------
 
-def _finite_number(value, field: str, what: str) -> float:
+def _checked(value, field: str, what: str, *, above: float, strict: bool) -> float:
+    """``value`` as a finite float that is > ``above`` (``strict``) or >= it; else ConfigError(``field``)."""
     try:
         v = float(value)
     except (TypeError, ValueError):
         raise ConfigError(field, f"{what} must be a number, got {value!r}") from None
     if not math.isfinite(v):
         raise ConfigError(field, f"{what} must be finite, got {value!r}")
+    if (v <= above) if strict else (v < above):
+        raise ConfigError(field, f"{what} must be {'>' if strict else '>='} {above:g}, got {value!r}")
     return v
 
 
 def check_rho(rho) -> float:
     """ρ ≥ 0 (Eq. 4; ρ = 0 is the no-regulariser ablation of spec §9). Raises ConfigError('algorithm.rho')."""
-    v = _finite_number(rho, "algorithm.rho", "rho (pull of c toward 1/N, Eq. 4)")
-    if v < 0:
-        raise ConfigError("algorithm.rho", f"rho (pull of c toward 1/N, Eq. 4) must be >= 0, got {rho!r}")
-    return v
+    return _checked(rho, "algorithm.rho", "rho (pull of c toward 1/N, Eq. 4)", above=0, strict=False)
 
 
 def check_coefficient_lr(lr) -> float:
     """η3 > 0 (Eq. 7). Raises ConfigError('algorithm.coefficient_lr')."""
-    v = _finite_number(lr, "algorithm.coefficient_lr", "coefficient_lr (eta3, Eq. 7)")
-    if v <= 0:
-        raise ConfigError("algorithm.coefficient_lr", f"coefficient_lr (eta3, Eq. 7) must be > 0, got {lr!r}")
-    return v
+    return _checked(lr, "algorithm.coefficient_lr", "coefficient_lr (eta3, Eq. 7)", above=0, strict=True)
 
 
 def check_lam(lam) -> float:
     """λ ≥ 0 (Eqs. 2, 7; the spec asks λ > 0, 0 is allowed as a penalty-only ablation). ConfigError('algorithm.lam')."""
-    v = _finite_number(lam, "algorithm.lam", "lam (weight of the KL term, Eqs. 2, 7)")
-    if v < 0:
-        raise ConfigError("algorithm.lam", f"lam (weight of the KL term, Eqs. 2, 7) must be >= 0, got {lam!r}")
-    return v
+    return _checked(lam, "algorithm.lam", "lam (weight of the KL term, Eqs. 2, 7)", above=0, strict=False)
 
 
 def _check_c(c, name: str = "c") -> torch.Tensor:
