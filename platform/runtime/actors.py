@@ -24,7 +24,7 @@ from algorithms.base import aggregate_round, group_by_architecture, mean_metrics
 from algorithms.common import LocalTraining, evaluate, get_flat_weights, set_flat_weights
 from platform.models import assign_architectures, build_model
 from platform.runtime.seeding import derived_seed, generator
-from platform.runtime.memo import make_memo
+from platform.runtime.memo import Memos
 from platform.runtime.state_store import ClientStateStore
 
 SERVER_STREAM_KEY = 2**32 - 1  # distinguishes the server's streams from every (round, client) stream
@@ -167,7 +167,7 @@ class ParameterServer(Reusable):
             public_x=None if public_x is None else _as_tensor(public_x, self.device),
             val_x=_as_tensor(val_data[0], self.device) if has_val else None,
             val_y=_as_tensor(val_data[1], self.device) if has_val else None,
-            memo=make_memo(cache, config, type(self.algorithm)))
+            memo=Memos(cache, config, type(self.algorithm)).for_context())
         self.test_x = _as_tensor(test_data[0], self.device)
         self.test_y = _as_tensor(test_data[1], self.device)
         self.ctx.test_y = self.test_y
@@ -359,13 +359,13 @@ class ClientPool(Reusable):
         """``cache``: the stage cache behind ``ClientContext.memo`` (None: the memo computes every time).
         ``pretrained``: architecture -> pre-trained features (or their ObjectRefs), with ``pretrain.method`` set."""
         torch.set_num_threads(num_threads)
-        self.cache = cache
         self.pretrained = _resolve_pretrained(pretrained)
         self.config = config
         self.device = _pick_device(wants_gpu)
         self.public_x = None if public_x is None else _as_tensor(public_x, self.device)
         self.global_test_x = None if test_data is None else _as_tensor(test_data[0], self.device)  # inputs only
         self.algorithm = resolve_algorithm(config.algorithm.name)(config.algorithm.params)
+        self.memos = Memos(cache, config, type(self.algorithm))  # one code-version hash per actor
         if not isinstance(shards, ClientSplits):
             shards = ClientSplits(shards if isinstance(shards, ClientShards) else ClientShards.from_mapping(shards))
         self.splits = shards
@@ -404,7 +404,7 @@ class ClientPool(Reusable):
             noise_generator=generator(self.noise_seed, round_index, k), state=state, device=self.device,
             val_x=val_x, val_y=val_y, test_x=test_x, test_y=test_y, public_x=self.public_x,
             global_test_x=self.global_test_x, initial_weights=self._initial[self.architecture(k)],
-            memo=make_memo(self.cache, self.config, type(self.algorithm), k))
+            memo=self.memos.for_context(k))
 
     def train(self, payload: dict, client_ids: Sequence[int], round_index: int, reduce: bool = True,
               states: Optional[Mapping[int, dict]] = None) -> RoundResult:

@@ -26,25 +26,37 @@ def memo_fields(config, client_id: Optional[int]) -> dict[str, Any]:
     return fields
 
 
-def make_memo(cache, config, algorithm_cls, client_id: Optional[int] = None) -> Callable:
-    """``memo(name, key, compute)`` over ``cache`` (a :class:`platform.cache.StageCache`), or plain computation
-    without one."""
-    if cache is None:
-        return compute_now
-    from platform.cache import Stage, code_version
+class Memos:
+    """Makes the ``memo`` of each context of one actor. The code version (a hash of the method's source files) and
+    the config's upstream fields are computed once here, not per client and round: ``for_context`` is cheap."""
 
-    version = code_version(*[cls for cls in algorithm_cls.__mro__
-                             if cls.__module__.startswith("algorithms.") or cls is algorithm_cls])
-    upstream = memo_fields(config, client_id)
-    prefix = re.sub(r"[^A-Za-z0-9_.-]+", "_", getattr(algorithm_cls, "name", algorithm_cls.__name__))
+    def __init__(self, cache, config, algorithm_cls):
+        self.cache = cache
+        if cache is None:
+            return
+        from platform.cache import code_version
 
-    def memo(name: str, key: dict, compute: Callable[[], Any]) -> Any:
-        flat = {**upstream, **{f"key.{k}": v for k, v in key.items()}}
-        stage = Stage(f"{prefix}.{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}", version, tuple(sorted(flat)))
-        value, _ = cache.get_or_compute(stage, flat, compute)
-        return value
+        self.version = code_version(*[cls for cls in algorithm_cls.__mro__
+                                      if cls.__module__.startswith("algorithms.") or cls is algorithm_cls])
+        self.upstream = memo_fields(config, None)
+        self.prefix = re.sub(r"[^A-Za-z0-9_.-]+", "_", getattr(algorithm_cls, "name", algorithm_cls.__name__))
 
-    return memo
+    def for_context(self, client_id: Optional[int] = None) -> Callable:
+        """``memo(name, key, compute)`` for the server (``client_id`` None) or one client; plain computation
+        without a cache."""
+        if self.cache is None:
+            return compute_now
+        from platform.cache import Stage
+
+        upstream = {**self.upstream, "context": "server" if client_id is None else f"client {int(client_id)}"}
+
+        def memo(name: str, key: dict, compute: Callable[[], Any]) -> Any:
+            flat = {**upstream, **{f"key.{k}": v for k, v in key.items()}}
+            stage = Stage(f"{self.prefix}.{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}", self.version, tuple(sorted(flat)))
+            value, _ = self.cache.get_or_compute(stage, flat, compute)
+            return value
+
+        return memo
 
 
-__all__ = ["make_memo", "memo_fields"]
+__all__ = ["Memos", "memo_fields"]
