@@ -7,7 +7,7 @@ its own. A method of your own needs no change here: see docs/adding_a_method.md.
 from algorithms.base import (ALGORITHMS, Algorithm, ClientContext, ClientUpdate, Metric, ServerContext, ServerState,
                              reduce_updates, register, resolve_algorithm)
 # Each module registers its methods (@register) when imported.
-from algorithms import fedavg, fedprox, fedkp, fedpa, sgld, feded, feddf, fedaux, mnfl  # noqa: F401,E402
+from algorithms import fedavg, fedprox, fedkp, fedpa, sgld, feded, feddf, fedaux, mnfl, single_image  # noqa: F401,E402
 
 __all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "ClientUpdate", "Metric", "ServerContext", "ServerState",
            "reduce_updates", "register", "resolve_algorithm"]

@@ -145,6 +145,19 @@ class ClientContext:
         return int(self.y.shape[0])
 
 
+@dataclass(frozen=True)
+class Setting:
+    """What the platform knows about an experiment when its config loads, before any data is read: an
+    algorithm's :meth:`Algorithm.check_setting` refuses settings it cannot run (one :class:`ConfigError`)."""
+
+    num_clients: int
+    rounds: int
+    input_shape: Optional[tuple[int, ...]] = None  # the private inputs' shape (C, H, W), when known without loading
+    public_size: Optional[int] = None  # |public pool|, when the config fixes it (public.size); None = unknown
+    public_source: str = "none"  # public.source
+    server_validation: bool = False  # the server holds a validation split (server.val_fraction > 0)
+
+
 @dataclass
 class ClientUpdate:
     """A client's result, or the weighted mean of several of one architecture (see :func:`reduce_updates`)."""
@@ -357,6 +370,16 @@ class Algorithm:
         all its hyperparameters (safe: never shares wrongly).
         """
         return {"procedure": self.name, **dataclasses.asdict(self.hp)}
+
+    def check_setting(self, setting: Setting) -> None:
+        """Refuse, at config load, a setting this method cannot run (raise :class:`~algorithms.errors.ConfigError`
+        naming the field, e.g. ``algorithm.kmeans_k`` when K exceeds the public pool). Default: accept all."""
+
+    def comparable_round(self, round_number: int) -> bool:
+        """Whether trials of this method may be compared after round ``round_number`` (1-based): a scheduler's
+        rungs (ASHA) must fall on such rounds. Default: every round. Methods whose accuracy jumps on some
+        rounds (the single-image method's FedAvg-initialisation rounds, spec/single_image.md §9) say which."""
+        return True
 
     def burn_in_rounds(self) -> int:
         """Server rounds before the method behaves as itself (FedPA, FedKPPA, SGLD: ``burnin_rounds``).

@@ -207,6 +207,11 @@ class FedDF(Algorithm):
         r = completed_rounds + 1
         return r <= 1 or r % self.hp.fedavg_init_every == 0
 
+    def comparable_round(self, round_number: int) -> bool:
+        """With a FedAvg warm start every P > 1 rounds, accuracy jumps on warm-start rounds: compare trials (ASHA
+        rungs) only there (spec/single_image.md §9)."""
+        return self.fedavg_init_round(round_number - 1)
+
     def distill_steps_for(self, completed_rounds: int, size: int) -> int:
         hp = self.hp
         budget = hp.distill_steps if hp.distill_steps is not None else \
@@ -226,6 +231,8 @@ class FedDF(Algorithm):
         if client.num_samples == 0:
             return ClientUpdate(weight=0.0, tensors={"delta": torch.zeros_like(start)}, metrics={"train_loss": 0.0})
         public_x = client.public_x
+        if public_x is not None and payload.get("public_indices") is not None:
+            public_x = public_x[payload["public_indices"].to(public_x.device)]
         if self.distills() and (public_x is None or len(public_x) == 0):
             raise ValueError("feddf distils on public data: set public.source (e.g. train_split or dataset)")
         model = client.model
@@ -240,6 +247,21 @@ class FedDF(Algorithm):
         return ClientUpdate(weight=float(client.num_samples), tensors=tensors, metrics={"train_loss": loss})
 
     # --- server ------------------------------------------------------------------------------------------------
+    def broadcast(self, state: ServerState, sampled_clients: Sequence[int]) -> dict:
+        """The global model(s) and, when the method selects a distillation subset, its pool indices: clients
+        predict only on those (spec/single_image.md §4.1: only indices travel)."""
+        payload = {"weights": state.weights}
+        indices = self.distillation_indices(state)
+        if indices is not None:
+            payload["public_indices"] = indices
+        return payload
+
+    def distillation_indices(self, state: ServerState) -> Optional[torch.Tensor]:
+        """Pool indices of this round's distillation set (sorted, int64), or None for the first
+        ⌊distill_fraction·|D_aux|⌋ samples (FedDF, FedAUX). The single-image method selects a new set every
+        round with the global model (:class:`algorithms.single_image.SingleImage`)."""
+        return None
+
     def teacher_weights(self, updates: Sequence[ClientUpdate], state: ServerState,
                         ctx: ServerContext) -> Optional[torch.Tensor]:
         """Per-sample ensemble weights ω_k(x) ``[K, N]`` for ``updates`` (the clients with data, in order) on the
@@ -320,19 +342,21 @@ class FedDF(Algorithm):
         metrics = {"fedavg_init": float(fedavg_init)}
         active = [u for u in updates if u.weight > 0]
         pool = 0 if ctx.public_x is None else len(ctx.public_x)
-        size = self.distillation_size(pool)
+        indices = self.distillation_indices(state)
+        size = self.distillation_size(pool) if indices is None else len(indices)
+        predicted = pool if indices is None else size  # what each client predicted on
         steps = self.distill_steps_for(state.round, size) if self.distills() else 0
-        if not active or steps == 0:
+        if not active or steps == 0 or size == 0:
             metrics["distill_steps"] = 0.0
             return ServerState(weights=weights, optimizer=optimizer, extra=state.extra), metrics
         if pool == 0:
             raise ValueError("feddf distils on public data on the server: set public.source")
         pools = sorted({len(u.tensors["public_logits"]) for u in active if "public_logits" in u.tensors})
-        if len(pools) != 1 or pools[0] != pool or any("public_logits" not in u.tensors for u in active):
-            raise ValueError(f"the clients predicted on {pools} public samples, the server holds {pool}: they "
-                             f"must share one public pool")
+        if len(pools) != 1 or pools[0] != predicted or any("public_logits" not in u.tensors for u in active):
+            raise ValueError(f"the clients predicted on {pools} public samples, the server expected {predicted}: "
+                             f"they must share one public pool")
         teacher = self.teacher_logits(active, state, ctx, size)
-        x = ctx.public_x[:size].to(ctx.device)
+        x = (ctx.public_x[:size] if indices is None else ctx.public_x[indices.to(ctx.public_x.device)]).to(ctx.device)
         saved = state.extra.get("distill_optimizer", {})
         architectures = list(weights) if isinstance(weights, dict) else [ctx.architecture]
         new_weights: GlobalWeights = dict(weights) if isinstance(weights, dict) else weights

@@ -32,12 +32,24 @@ class FedProx(FedAvg):
         return {"procedure": "local_sgd_proximal", "mu": self.hp.mu}
 
     def proximal_term(self, client: ClientContext, payload: dict):
-        mu = self.hp.mu
-        if mu == 0:
-            return None
-        anchors = [p.detach().clone() for p in client.model.parameters()]  # θ_t, after the weights were loaded
+        return proximal_term(client.model, self.hp.mu)
 
-        def term(model: torch.nn.Module) -> torch.Tensor:
-            return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), anchors))
 
-        return term
+def proximal_term(model: torch.nn.Module, mu: float, square_of_sum: bool = False):
+    """The loss ``extra_loss(model)`` adding (μ/2)‖θ − θ_t‖² with θ_t the weights ``model`` holds now (load the
+    global model first); None when μ = 0.
+
+    ``square_of_sum=True`` reproduces the single-image code's bug (spec/single_image.md §4.5, §8 A13):
+    (μ/2)(Σ_j (θ_j − θ_t,j))², the square of the *sum* of parameter differences."""
+    if mu == 0:
+        return None
+    anchors = [p.detach().clone() for p in model.parameters()]  # θ_t, after the weights were loaded
+
+    if square_of_sum:
+        def term(m: torch.nn.Module) -> torch.Tensor:
+            return 0.5 * mu * sum((p - a).sum() for p, a in zip(m.parameters(), anchors)) ** 2
+    else:
+        def term(m: torch.nn.Module) -> torch.Tensor:
+            return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(m.parameters(), anchors))
+
+    return term

@@ -288,6 +288,7 @@ def _check_cross_section(config: ExperimentConfig) -> None:
     from algorithms import ALGORITHMS, resolve_algorithm
 
     algorithm = resolve_algorithm(config.algorithm.name)
+    algorithm(config.algorithm.params).check_setting(experiment_setting(config))
     if config.model.architectures is not None:
         from platform.models import assign_architectures
 
@@ -301,6 +302,16 @@ def _check_cross_section(config: ExperimentConfig) -> None:
         raise ConfigError("partition.val_fraction", f"algorithm {config.algorithm.name!r} judges each client on its "
                                                     f"own validation and test splits: set partition.val_fraction "
                                                     f"and/or partition.test_fraction > 0")
+
+
+def experiment_setting(config: ExperimentConfig):
+    """What an algorithm's ``check_setting`` may know at load time (:class:`algorithms.base.Setting`)."""
+    from algorithms.base import Setting
+
+    public = config.public
+    public_size = public.size if public.source != "none" else 0
+    return Setting(num_clients=config.clients.num_clients, rounds=config.rounds, public_size=public_size,
+                   public_source=public.source, server_validation=config.server.val_fraction > 0)
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -349,7 +350,33 @@ def _validate_parameter_values(space: SearchSpace) -> list:
                               f"= {burn_in + scheduler.burnin_margin} ({worst.algorithm.name} burns in for up to "
                               f"{burn_in} rounds); ASHA must not stop a trial before the method's gain can appear "
                               f"(spec/fedkp_fedpa.md §13), got {scheduler.grace_period}")
+        _check_rungs_comparable(configs, scheduler)
     return configs
+
+
+def asha_rungs(grace_period: int, reduction_factor: float, max_t: int) -> list[float]:
+    """The rounds at which Ray's ASHA (one bracket) compares trials: grace·rf^k for k = 0 … ⌊log_rf(max_t /
+    grace)⌋, as ``ray.tune.schedulers.AsyncHyperBandScheduler`` lays out its rungs."""
+    count = int(math.log(max_t / grace_period) / math.log(reduction_factor) + 1) if max_t >= grace_period else 0
+    return [grace_period * reduction_factor ** k for k in range(count)]
+
+
+def _check_rungs_comparable(configs: list, scheduler) -> None:
+    """Every ASHA rung must fall on a round where every configuration tried may be compared
+    (``Algorithm.comparable_round``: the single-image method's FedAvg-init rounds, spec/single_image.md §9)."""
+    from algorithms import resolve_algorithm
+
+    for config in configs:
+        algorithm = resolve_algorithm(config.algorithm.name)(config.algorithm.params)
+        for rung in asha_rungs(scheduler.grace_period, scheduler.reduction_factor, config.rounds):
+            if rung != int(rung) or not algorithm.comparable_round(int(rung)):
+                raise ConfigError("search.scheduler.grace_period",
+                                  f"ASHA would compare trials at round {rung:g}, where {config.algorithm.name} "
+                                  f"trials are not comparable (with fedavg_init_every = "
+                                  f"{getattr(config.algorithm.params, 'fedavg_init_every', '?')} accuracy jumps "
+                                  f"on FedAvg-init rounds r ≡ 0 mod P, spec/single_image.md §9); use a grace_period "
+                                  f"that is a multiple of P and an integer reduction_factor, got grace_period "
+                                  f"{scheduler.grace_period}, reduction_factor {scheduler.reduction_factor:g}")
 
 
 def grid_points(space: SearchSpace) -> list[dict]:
