@@ -170,7 +170,8 @@ class SingleImage(FedDF):
     name = "single_image"
     Hyperparams = SingleImageHyperparams
     metrics = FedDF.metrics + (
-        Metric("selection_pool", "max", "N_pool, crops the selection chose from"),
+        Metric("selection_pool", "max", "crops the selection started from: the pool, or its first s or "
+                                        "⌊s/(1 − e)⌋ crops under pool_sizing: paper without K-means"),
         Metric("selection_kmeans_target", "max", "s_K, the K-means stage's target size (0 with K-means off)"),
         Metric("selection_kmeans_noop", "max", "1 when K-means was skipped because s_K covers the whole pool"),
         Metric("selection_after_kmeans", "max", "crops left after K-means class balancing"),
