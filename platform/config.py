@@ -308,8 +308,10 @@ def experiment_setting(config: ExperimentConfig):
     """What an algorithm's ``check_setting`` may know at load time (:class:`algorithms.base.Setting`)."""
     from algorithms.base import Setting
 
+    from platform.data.patch_pool_source import pool_size
+
     public = config.public
-    public_size = public.size if public.source != "none" else 0
+    public_size = 0 if public.source == "none" else pool_size(public) if public.source == "image" else public.size
     return Setting(num_clients=config.clients.num_clients, rounds=config.rounds, public_size=public_size,
                    public_source=public.source, server_validation=config.server.val_fraction > 0)
 

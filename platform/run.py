@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     import platform.cache  # noqa: F401
     import platform.data.summary  # noqa: F401
     from platform.pretrain import prepare_pretrained
-    from platform.tracking import Tracker, resolve_tracking_uri, results_home, ui_command
+    from platform.tracking import Tracker, log_patch_samples, resolve_tracking_uri, results_home, ui_command
     from platform.runtime.federation import share_dataset
     from platform.runtime.trial import start_federations, stop_federations
 
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     from platform.cache import open_cache
 
     cache = open_cache(args.cache_dir, not args.no_cache)
-    shared = share_dataset(config)
+    shared = share_dataset(config, cache=cache)
     # Pre-training (pretrain.method) runs here, on the driver, before any actor starts (platform.pretrain).
     shared = prepare_pretrained(shared, [config], cache)
     federations = start_federations(config, [config.seed], shared, lazy_clients=config.mode == "one_round",
@@ -132,6 +132,8 @@ def main(argv=None) -> int:
     try:
         run_id = _open_run(tracker, config, argv)
         summary = _log_partition(tracker, run_id, config, federations[0].data)
+        if tracker is not None:
+            log_patch_samples(tracker, run_id, federations[0].data)  # public.source image: public/patches.png
         if args.show_partition:
             print(summary)
         profile = _run_rounds(federations, config, args, tracker, run_id)

@@ -7,6 +7,7 @@ interrupted sweep can continue with ``--resume``. Works the same under ``ray job
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -132,6 +133,7 @@ def main(argv=None) -> int:
     # Everything is validated before anything is written: MLflow, Tune storage, Ray.
     space = load_search_space(args.name, overrides, args.num_samples)
     base_config = space.trial_config({})
+    space = _pin_public_image(space, base_config)
     from platform.tracking import resolve_tracking_uri, results_home
 
     storage = args.storage_path or os.path.join(results_home(), "ray_results")
@@ -149,6 +151,16 @@ def main(argv=None) -> int:
     return _run(args, space, base_config, storage, tracking_uri, resume_dir)
 
 
+def _pin_public_image(space, base_config):
+    """The search space with a relative ``public.image`` path made absolute in its base config (as the loaded
+    config holds it), so trials, which run in their own directories, and a driver that leaves a Ray job's
+    directory still find the file. Swept image paths should be absolute."""
+    public = space.base.get("public")
+    if not isinstance(public, dict) or public.get("image", base_config.public.image) == base_config.public.image:
+        return space
+    return dataclasses.replace(space, base={**space.base, "public": {**public, "image": base_config.public.image}})
+
+
 def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     """Open (or reopen) the parent run, run the trials with Tune, report the best, and always close the parent."""
     # Import everything the sweep needs before Ray connects: under ``ray job submit`` the job's working directory
@@ -161,7 +173,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     from platform.cache import open_cache
     from platform.pretrain import prepare_pretrained, sweep_pretrain_configs
     from platform.runtime.federation import share_dataset
-    from platform.tracking import MlflowSweepCallback, Tracker, ui_command
+    from platform.tracking import MlflowSweepCallback, Tracker, log_patch_samples, ui_command
 
     tracker = Tracker(tracking_uri, space.name)
     parent_run_id = _open_parent_run(tracker, args, space, base_config, resume_dir)
@@ -178,11 +190,12 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
                 print(f"warning: search.metric {metric} selects on the test set; select on a validation "
                       f"metric (val_accuracy) and report test", file=sys.stderr, flush=True)
         expected_trials = _expected_trials(space)
-        shared = share_dataset(base_config)  # into the object store once, for every trial
+        cache = open_cache(args.cache_dir, not args.no_cache)
+        shared = share_dataset(base_config, cache=cache)  # into the object store once, for every trial
+        log_patch_samples(tracker, parent_run_id, shared)  # public.source image: public/patches.png
         # Pre-training (pretrain.method) of every (architecture, seed) the trials can need: here, on the driver,
         # before Tune starts (a trial's placement group cannot host Ray Train's workers); cache hits cost nothing.
-        shared = prepare_pretrained(shared, sweep_pretrain_configs(space),
-                                    open_cache(args.cache_dir, not args.no_cache),
+        shared = prepare_pretrained(shared, sweep_pretrain_configs(space), cache,
                                     log=(lambda *a, **k: None) if args.quiet else print)
         callback = MlflowSweepCallback(tracker, parent_run_id, space, base_config.rounds, expected_trials,
                                        quiet=args.quiet, shared=shared)

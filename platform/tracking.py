@@ -165,6 +165,24 @@ def log_partition(tracker: "Tracker", run_id: str, config, labels, num_classes: 
     return text
 
 
+def log_patch_samples(tracker: "Tracker", run_id: str, shared) -> Optional[str]:
+    """Log the first 64 crops of a source-image pool (``public.source: image``) as an 8×8 PNG grid, artifact
+    ``public/patches.png``; nothing for other public sources. ``shared``: the run's
+    :class:`~platform.runtime.federation.SharedData`. Returns the artifact path, or None."""
+    import tempfile
+
+    from platform.data.patch_pool_source import patch_grid_png
+
+    samples = getattr(shared, "public_samples", None)
+    public = getattr(shared, "public", None)
+    if samples is None or public is None or public.source != "image" or len(samples) == 0:
+        return None
+    with tempfile.TemporaryDirectory() as directory:
+        path = patch_grid_png(samples, os.path.join(directory, "patches.png"))
+        tracker.client.log_artifact(run_id, path, "public")
+    return "public/patches.png"
+
+
 _TUNE_KEYS = {"training_iteration", "time_total_s", "episodes_total", "timesteps_total", "node_ip", "hostname",
               "pid", "time_this_iter_s", "timestamp", "date", "time_since_restore", "timesteps_since_restore",
               "iterations_since_restore", "config", "checkpoint_dir_name", "done", "trial_id", "experiment_tag",

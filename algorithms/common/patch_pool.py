@@ -41,8 +41,11 @@ memory is ``size·3·out_size²`` bytes (150 MB for 50k crops of 32×32). :func:
 (or a batch of it) with the **target private dataset's** mean/std (spec §2.2 "Storage and loading").
 
 Bad settings raise :class:`algorithms.errors.ConfigError` naming the config field (``public.size``,
-``public.patch_size``, ``public.image``, …). The spec sets no upper limit on the pool size (§2.1: "pool size is
-arbitrary"), so only ``size < 1`` is rejected. Pure PyTorch + torchvision + numpy.
+``public.patch_size`` (the crop side; the platform takes it from the private images), ``public.image``, and
+``public.patches.<setting>`` for the transform settings, which :func:`validate_settings` checks alone). The spec
+sets no upper limit on the pool size (§2.1: "pool size is arbitrary"), so only ``size < 1`` is rejected here
+(the platform refuses pools larger than the image's pixel count, :mod:`platform.data.patch_pool_source`). Pure
+PyTorch + torchvision + numpy.
 """
 from __future__ import annotations
 
@@ -56,7 +59,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from algorithms.errors import ConfigError
 
-__all__ = ["make_patch_pool", "pool_to_float", "image_to_uint8_chw", "DEFAULT_SETTINGS"]
+__all__ = ["make_patch_pool", "pool_to_float", "image_to_uint8_chw", "validate_settings", "DEFAULT_SETTINGS"]
 
 #: The official generator's settings (spec §2.2 [C], §8 A1); keyword arguments of :func:`make_patch_pool`.
 DEFAULT_SETTINGS = {
@@ -125,6 +128,46 @@ def _pair(value, field: str, low_ok) -> tuple[float, float]:
     return lo, hi
 
 
+def validate_settings(settings: dict, field: str = "public.patches") -> dict:
+    """The transform settings (:data:`DEFAULT_SETTINGS` updated by ``settings``) checked and normalised, without
+    looking at an image; errors name ``<field>.<setting>`` (the config section ``public.patches``)."""
+    unknown = set(settings) - set(DEFAULT_SETTINGS)
+    if unknown:
+        raise ConfigError(field, f"unknown transform setting(s) {sorted(unknown)}; allowed: "
+                                 f"{sorted(DEFAULT_SETTINGS)}")
+    v = dict(DEFAULT_SETTINGS, **settings)
+    init_crop = float(v["init_crop"])
+    if not 0.0 < init_crop <= 1.0:
+        raise ConfigError(f"{field}.init_crop", f"must be in (0, 1], got {v['init_crop']!r}")
+    v["init_crop"] = init_crop
+    v["scale"] = _pair(v["scale"], f"{field}.scale", lambda lo: lo > 0.0)
+    if v["scale"][1] > 1.0:
+        raise ConfigError(f"{field}.scale", f"area fractions must lie in (0, 1], got {v['scale']}")
+    v["ratio"] = _pair(v["ratio"], f"{field}.ratio", lambda lo: lo > 0.0)
+    for key in ("rot_deg", "shear_deg"):
+        val = float(v[key])
+        if not (math.isfinite(val) and 0.0 <= val <= 180.0):
+            raise ConfigError(f"{field}.{key}", f"must be in [0, 180] degrees, got {v[key]!r}")
+        v[key] = val
+    jp = float(v["jitter_p"])
+    if not 0.0 <= jp <= 1.0:
+        raise ConfigError(f"{field}.jitter_p", f"must be a probability in [0, 1], got {v['jitter_p']!r}")
+    v["jitter_p"] = jp
+    try:
+        b, c, sat, hue = (float(x) for x in v["jitter"])
+    except (TypeError, ValueError):
+        raise ConfigError(f"{field}.jitter", f"must be (brightness, contrast, saturation, hue), got "
+                                             f"{v['jitter']!r}") from None
+    if min(b, c, sat) < 0.0 or max(b, c, sat) > 1.0 or not 0.0 <= hue <= 0.5:
+        raise ConfigError(f"{field}.jitter", "brightness/contrast/saturation must be in [0, 1] and hue in [0, 0.5]")
+    v["jitter"] = (b, c, sat, hue)
+    q = v["jpeg_quality"]
+    if q is not None and (isinstance(q, bool) or not isinstance(q, (int, np.integer)) or not 1 <= q <= 100):
+        raise ConfigError(f"{field}.jpeg_quality", f"must be null (off) or an integer in [1, 100], got {q!r}")
+    v["hflip"], v["vflip"] = bool(v["hflip"]), bool(v["vflip"])
+    return v
+
+
 def _validate(size, out_size, height, width, s) -> dict:
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
         raise ConfigError("public.size", f"the pool size must be an integer ≥ 1 (number of crops), got {size!r}")
@@ -133,42 +176,10 @@ def _validate(size, out_size, height, width, s) -> dict:
     if out_size > min(height, width):
         raise ConfigError("public.patch_size", f"a {out_size}×{out_size} patch is larger than the "
                                                f"{height}×{width} source image")
-    unknown = set(s) - set(DEFAULT_SETTINGS)
-    if unknown:
-        raise ConfigError("public", f"unknown transform setting(s) {sorted(unknown)}; allowed: "
-                                    f"{sorted(DEFAULT_SETTINGS)}")
-    v = dict(DEFAULT_SETTINGS, **s)
-    init_crop = float(v["init_crop"])
-    if not 0.0 < init_crop <= 1.0:
-        raise ConfigError("public.init_crop", f"must be in (0, 1], got {v['init_crop']!r}")
-    if math.floor(init_crop * min(height, width)) < 1:
-        raise ConfigError("public.init_crop", f"{init_crop} of a {height}×{width} image is less than one pixel")
-    v["init_crop"] = init_crop
-    v["scale"] = _pair(v["scale"], "public.scale", lambda lo: lo > 0.0)
-    if v["scale"][1] > 1.0:
-        raise ConfigError("public.scale", f"area fractions must lie in (0, 1], got {v['scale']}")
-    v["ratio"] = _pair(v["ratio"], "public.ratio", lambda lo: lo > 0.0)
-    for key in ("rot_deg", "shear_deg"):
-        val = float(v[key])
-        if not (math.isfinite(val) and 0.0 <= val <= 180.0):
-            raise ConfigError(f"public.{key}", f"must be in [0, 180] degrees, got {v[key]!r}")
-        v[key] = val
-    jp = float(v["jitter_p"])
-    if not 0.0 <= jp <= 1.0:
-        raise ConfigError("public.jitter_p", f"must be a probability in [0, 1], got {v['jitter_p']!r}")
-    v["jitter_p"] = jp
-    try:
-        b, c, sat, hue = (float(x) for x in v["jitter"])
-    except (TypeError, ValueError):
-        raise ConfigError("public.jitter", f"must be (brightness, contrast, saturation, hue), got {v['jitter']!r}") \
-            from None
-    if min(b, c, sat) < 0.0 or max(b, c, sat) > 1.0 or not 0.0 <= hue <= 0.5:
-        raise ConfigError("public.jitter", "brightness/contrast/saturation must be in [0, 1] and hue in [0, 0.5]")
-    v["jitter"] = (b, c, sat, hue)
-    q = v["jpeg_quality"]
-    if q is not None and (isinstance(q, bool) or not isinstance(q, (int, np.integer)) or not 1 <= q <= 100):
-        raise ConfigError("public.jpeg_quality", f"must be null (off) or an integer in [1, 100], got {q!r}")
-    v["hflip"], v["vflip"] = bool(v["hflip"]), bool(v["vflip"])
+    v = validate_settings(s)
+    if math.floor(v["init_crop"] * min(height, width)) < 1:
+        raise ConfigError("public.patches.init_crop", f"{v['init_crop']} of a {height}×{width} image is less than "
+                                                      f"one pixel")
     return v
 
 
@@ -229,7 +240,8 @@ def make_patch_pool(image, size: int, out_size: int = 32, seed: int = 0, **setti
             if 0 < w <= side0 and 0 < h <= side0:
                 break
         else:  # pragma: no cover - needs pathological ranges
-            raise ConfigError("public.scale", f"no random-resized-crop box fits after {_MAX_RRC_ATTEMPTS} draws")
+            raise ConfigError("public.patches.scale",
+                              f"no random-resized-crop box fits after {_MAX_RRC_ATTEMPTS} draws")
         i, j = _randint(g, side0 - h + 1), _randint(g, side0 - w + 1)
         patch = TF.resized_crop(img, top0 + i, left0 + j, h, w, [rrc_side, rrc_side],
                                 interpolation=InterpolationMode.BICUBIC, antialias=True)

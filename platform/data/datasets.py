@@ -13,7 +13,7 @@ Embedded (always available):
 - ``synthetic``: the Synthetic(α, β) generator of the FedProx paper (Li et al. 2020), also shipped by LEAF.
 - ``sample_image``: scikit-learn's bundled photos, the *source image* of the single-image method
   (spec/single_image.md §2.3). Not a labelled dataset: :func:`load_source_image` reads it and the public
-  data layer (``platform.data.public``, ``public.source: image``) hands it to the method.
+  data layer (``platform.data.patch_pool_source``, ``public.source: image``) cuts the method's crop pool from it.
 
 Read with torchvision's own dataset classes from ``dataset.root`` (``download=dataset.download``):
 ``mnist``, ``fashion_mnist``, ``emnist`` (``dataset.split``), ``cifar10``, ``cifar100`` (with coarse labels),
@@ -345,7 +345,7 @@ def _load_sample_image(cfg):
 
 _SOURCE_IMAGE_MESSAGE = ("sample_image is a source image for public data (the single-image method, "
                          "spec/single_image.md), not a labelled dataset; use public.source: image with "
-                         f"public.image: one of {', '.join(SOURCE_IMAGES)}")
+                         f"public.image: one of {', '.join(SOURCE_IMAGES)} or the path of an image file")
 
 
 # --- torchvision ------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Public (auxiliary, unlabelled) data for the distillation methods: FedED, MNFL, FedDF/FedAUX, single image.
 
-``split_public(train, cfg, seed, dataset_cfg) -> (local_train, public_x)``. Public *labels are never
+``split_public(train, cfg, seed, dataset_cfg, cache=None) -> (local_train, public_x)``. Public *labels are never
 returned*: the methods only ever see inputs (spec/feded.md §4.2 "auxiliary labels are never used";
 spec/mnfl.md §4 "labels are not required"; spec/fedaux.md §6.1 unlabelled STL-10).
 
@@ -16,23 +16,36 @@ Sources (``public.source``):
   conformed to the private input shape (bilinear resize, channels repeated or converted to luma) and
   normalised with the *private* dataset's normalisation, since the same models consume both. ``size = n``
   takes the first n in the dataset's order (``first_half``) or a seeded random n (``random``).
-- ``image``: the single-image method's source photo (spec/single_image.md §2.3), returned as
-  ``public_x`` of shape 1×3×H×W in [0, 1], *unnormalised*: the method cuts its seeded crops from it and then
-  normalises them with :func:`platform.data.datasets.normalize` (spec/single_image.md §2.2, crops are
-  normalised at load time with the private dataset's statistics).
+- ``image``: the single-image method's crop pool (spec/single_image.md §2): ``public_x`` holds ``size`` (N_pool,
+  default 50,000) seeded crops of one photo (``image``: a bundled name or a path to an image file), float32
+  ``[N_pool, C, S, S]`` with ``S`` the private images' side, normalised with the *private* dataset's
+  normalisation (spec §2.2, crops are normalised at load time with the private dataset's statistics) and in luma
+  when the private images have one channel. Transforms: ``patches`` (:class:`PatchPoolConfig`, the official
+  defaults); seed: ``seed``, else the shared data's seed, so the pool is the same for every replicate seed. The
+  uint8 pool goes through the stage cache (``cache``), so trials and later runs read it from disk. Details, the
+  size limits and the deviation from the paper's per-run seeding: :mod:`platform.data.patch_pool_source`.
+
+:func:`take_public` returns the same split as a :class:`PublicSplit`, which also carries the first 64 uint8 crops
+(``samples``) for the logged grid ``public/patches.png``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from platform.data.datasets import (DATASETS, EXTRA_SPLIT_FILES, NORMALIZATIONS, SOURCE_IMAGES, ArrayDataset,
-                                    _normalise_in_place, check_dataset_available, load_source_image,
-                                    normalization_name, read_split, to_float_images)
+                                    _normalise_in_place, check_dataset_available, normalization_name, read_split,
+                                    to_float_images)
+from platform.data.patch_pool_source import (DEFAULT_POOL_SIZE, PatchPoolConfig, check_image_source,
+                                             image_reference, patch_pool, plan_patch_pool, pool_inputs,
+                                             pool_samples)
 from platform.errors import ConfigError
 from platform.schema import spec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from platform.cache import StageCache
 
 PUBLIC_SOURCES = ("none", "train_split", "dataset", "image")
 PUBLIC_SPLITS = ("first_half", "random")
@@ -49,7 +62,10 @@ class PublicDataConfig:
                                         "(spec/feded.md §4.2); random: a seeded permutation. With source "
                                         "dataset: the first n of that dataset, or a seeded random n.",
                       choices=PUBLIC_SPLITS)
-    size: Optional[int] = spec(None, doc="|D_0|, the number of public samples; null = the whole pool.", ge=1)
+    size: Optional[int] = spec(None, doc="|D_0|, the number of public samples; null = the whole pool. Source image: "
+                                         f"N_pool, the number of crops; null = {DEFAULT_POOL_SIZE} (the paper's "
+                                         "main pool, spec/single_image.md §2.4); at most the photo's pixel count "
+                                         "H·W.", ge=1)
     fraction: float = spec(0.5, doc="train_split: share of the training set that becomes the pool (1/2 in "
                                     "spec/feded.md §4.2).", gt=0, lt=1)
     dataset: Optional[str] = spec(None, doc="source dataset: the public dataset's name (e.g. stl10, cifar100, "
@@ -58,8 +74,20 @@ class PublicDataConfig:
                                            "(CIFAR-100 in spec/fedaux.md §6.1) | unlabeled (STL-10) | extra "
                                            "(SVHN).", choices=PUBLIC_DATASET_SPLITS)
     root: Optional[str] = spec(None, doc="source dataset: its data root; null = dataset.root.")
-    image: str = spec("china", doc="source image: " + "; ".join(f"{k} = {v}" for k, v in SOURCE_IMAGES.items()),
-                      choices=tuple(SOURCE_IMAGES))
+    image: str = spec("china", doc="source image: the photo the crops are cut from, a name (" + "; ".join(
+        f"{k} = {v}" for k, v in SOURCE_IMAGES.items()) + ") or the path of an image file (absolute, or relative to "
+        "the current directory, ~ expanded; kept as an absolute path; read with PIL as RGB). Checked when the "
+        "config loads.")
+    seed: Optional[int] = spec(None, doc="source image: the crop pool's seed; null = the shared data's seed (the "
+                                         "base config's partition stream). The pool is shared data, the same for "
+                                         "every replicate seed of a sweep; the paper seeded it with each run's "
+                                         "seed (42/84, spec/single_image.md §2.2), a deliberate deviation.", ge=0)
+    patches: PatchPoolConfig = spec(factory=PatchPoolConfig, doc="source image: the crop transforms "
+                                                                 "(spec/single_image.md §2.2, official defaults).")
+
+    def __post_init__(self):
+        # A path is kept absolute, so a run that later changes directory (a Ray job, a Tune trial) finds it.
+        object.__setattr__(self, "image", image_reference(self.image))
 
     def validate(self, path: str) -> None:
         path = path or "public"
@@ -79,10 +107,17 @@ class PublicDataConfig:
                 if getattr(self, key) != default:
                     raise ConfigError(f"{path}.{key}", f"only applies when {path}.source is dataset "
                                                        f"(source is {self.source!r})")
-        if self.source in ("none", "image") and self.size is not None:
-            raise ConfigError(f"{path}.size", f"does not apply to source {self.source!r}"
-                              + ("; the single-image method sets its own crop-pool size" if self.source == "image"
-                                 else ""))
+        if self.source == "none" and self.size is not None:
+            raise ConfigError(f"{path}.size", f"does not apply to source {self.source!r}")
+        if self.source != "image":
+            if self.seed is not None:
+                raise ConfigError(f"{path}.seed", f"only applies when {path}.source is image "
+                                                  f"(source is {self.source!r})")
+            default = PatchPoolConfig()
+            for name, value in self.patches.settings().items():
+                if value != getattr(default, name):
+                    raise ConfigError(f"{path}.patches.{name}", f"only applies when {path}.source is image "
+                                                                f"(source is {self.source!r})")
         if self.source != "train_split" and self.fraction != 0.5:
             raise ConfigError(f"{path}.fraction", f"only applies when {path}.source is train_split")
 
@@ -107,7 +142,11 @@ def _public_dataset_cfg(cfg: PublicDataConfig, dataset_cfg):
 
 
 def check_public_available(cfg: PublicDataConfig, dataset_cfg, path: str = "public") -> None:
-    """Fail early (config time) if a public dataset's files are missing; one :class:`ConfigError`."""
+    """Fail early (config time), with one :class:`ConfigError`, if a public dataset's files are missing, or the
+    source image is missing, unreadable or too small for the pool (:func:`check_image_source`)."""
+    if cfg.source == "image":
+        check_image_source(cfg, dataset_cfg, path)
+        return
     if cfg.source != "dataset":
         return
     pub = _public_dataset_cfg(cfg, dataset_cfg)
@@ -130,13 +169,40 @@ def _take(pool_n: int, size: Optional[int], what: str, path: str) -> int:
     return size
 
 
-def split_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset_cfg,
-                 path: str = "public") -> tuple[ArrayDataset, np.ndarray]:
-    """The clients' local training set and the public inputs (float32, no labels). See the module doc."""
+@dataclass(frozen=True)
+class PublicSplit:
+    """What :func:`take_public` returns: the clients' local training set, the public inputs (float32, no labels)
+    and, for source image, the first crops of the pool as uint8 [≤64, 3, S, S] (for the logged grid)."""
+
+    local: ArrayDataset
+    x: np.ndarray
+    samples: Optional[np.ndarray] = None
+
+
+def split_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset_cfg, path: str = "public",
+                 cache: Optional["StageCache"] = None) -> tuple[ArrayDataset, np.ndarray]:
+    """The clients' local training set and the public inputs (float32, no labels). See the module doc.
+
+    ``cache``: the stage cache for the source-image crop pool (None: generated here, not stored)."""
+    split = take_public(train, cfg, seed, dataset_cfg, path, cache)
+    return split.local, split.x
+
+
+def take_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset_cfg, path: str = "public",
+                cache: Optional["StageCache"] = None) -> PublicSplit:
+    """:func:`split_public` with the source image's sample crops (:class:`PublicSplit`)."""
+    if cfg.source == "image":
+        plan = plan_patch_pool(cfg, train.input_shape, seed, path)
+        pool = patch_pool(plan, cache)
+        x = pool_inputs(pool, train.input_shape[0], NORMALIZATIONS[normalization_name(dataset_cfg)])
+        return PublicSplit(train, x, pool_samples(pool))
+    return PublicSplit(*_split_public(train, cfg, seed, dataset_cfg, path))
+
+
+def _split_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset_cfg,
+                  path: str) -> tuple[ArrayDataset, np.ndarray]:
     if cfg.source == "none":
         return train, np.empty((0, *train.input_shape), dtype=np.float32)
-    if cfg.source == "image":
-        return train, load_source_image(cfg.image, field=f"{path}.image")[None]
     if cfg.source == "train_split":
         n = len(train)
         pool_n = int(n * cfg.fraction)
@@ -174,4 +240,5 @@ def split_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset_
     return train, _normalise_in_place(x, NORMALIZATIONS[normalization_name(dataset_cfg)])
 
 
-__all__ = ["PUBLIC_SOURCES", "PublicDataConfig", "check_public_available", "split_public"]
+__all__ = ["PUBLIC_SOURCES", "PatchPoolConfig", "PublicDataConfig", "PublicSplit", "check_public_available",
+           "split_public", "take_public"]

@@ -21,7 +21,7 @@ import torch
 
 from algorithms import resolve_algorithm
 from platform.data import load_dataset, partition_clients, server_validation_split, split_clients, split_fractions
-from platform.data.public import _subset, split_public
+from platform.data.public import _subset, take_public
 from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted
 from platform.runtime.actors import (ClientShards, ClientSplits, ParameterServer, RemoteClientPool,
                                      RemoteParameterServer, RoundResult)
@@ -51,6 +51,8 @@ class SharedData:
     # Pre-trained feature extractors (platform.pretrain), put in the object store once by the driver:
     # (architecture, init seed, PretrainConfig) -> ObjectRef of the features state_dict.
     pretrained: Optional[dict] = None
+    # public.source image: the pool's first crops, uint8 [<=64, 3, S, S], for the logged grid (public/patches.png)
+    public_samples: Optional[np.ndarray] = None
 
     def serves(self, config) -> bool:
         """Whether this data serves ``config``: the same dataset, public pool and validation split, and, when
@@ -85,25 +87,29 @@ class SharedData:
         return {a: self.pretrained[pretrained_key(config, a)] for a in architectures_of(config)}
 
 
-def share_dataset(config) -> SharedData:
+def share_dataset(config, cache=None) -> SharedData:
     """Load the config's dataset, take its public split (if any) and the server's validation split from the
     training pool (never from the test set), and put them in the object store once.
 
     Both splits are part of the shared data, so they are the same for every seed of a sweep (seeded by the
-    base config's partition stream; the spec's ``first_half`` public split does not depend on any seed).
+    base config's partition stream; the spec's ``first_half`` public split does not depend on any seed; the
+    source-image crop pool uses ``public.seed`` when set). ``cache``: the stage cache the source-image crop pool
+    is read from or stored in (None: generated here, not stored).
     """
     train, test = load_dataset(config.dataset)
-    public_ref = val_ref = None
+    public_ref = val_ref = samples = None
     if config.public.source != "none":
-        train, public_x = split_public(train, config.public, config.stream_seed("partition"), config.dataset)
-        public_ref = ray.put(public_x)
+        split = take_public(train, config.public, config.stream_seed("partition"), config.dataset, cache=cache)
+        train, samples = split.local, split.samples
+        public_ref = ray.put(split.x)
+        del split
     if config.server.val_fraction > 0:
         keep, val = server_validation_split(train.y, config.server.val_fraction, config.stream_seed("partition"))
         val_ref = ray.put((np.ascontiguousarray(train.x[val]), train.y[val]))
         train = _subset(train, keep)
     return SharedData(config.dataset, ray.put((train.x, train.y)), ray.put((test.x, test.y)), train.y,
                       train.input_shape, train.num_classes, train.groups, train.coarse_y, config.public, public_ref,
-                      config.server.val_fraction, val_ref)
+                      config.server.val_fraction, val_ref, public_samples=samples)
 
 
 class InProcess:
@@ -203,14 +209,15 @@ class Federation:
         """``lazy_clients``: create the client actors only when a round needs them (a cached one-round
         analysis may never need them). ``warm``: take idle actors from there (reset for this config) before
         creating new ones, and give them back at :meth:`shutdown`. ``cache``: the stage cache behind the
-        algorithm contexts' ``memo`` (None: one-shot work is recomputed in every trial)."""
+        algorithm contexts' ``memo`` and the source-image crop pool (None: one-shot work is recomputed in every
+        trial)."""
         self.config = config
         self.cache = cache
         self.warm = warm
         self._keys: dict = {}  # actor id -> its WarmActors key
         self.placement = placement
         if data is None or not data.serves(config):
-            data = share_dataset(config)
+            data = share_dataset(config, cache=cache)
         self.data = data
         self.pretrained = data.pretrained_for(config)  # arch -> ObjectRef; raises if not prepared
         self.splits = client_splits(config, data)

@@ -42,13 +42,14 @@ def start_federations(config, seeds: list[int], shared: SharedData | None = None
                       lazy_clients: bool = False, warm: WarmActors | None = None, cache=None) -> list[Federation]:
     """Create one federation per seed, all actors at once, in the current trial's placement group; with
     ``warm``, idle actors of an earlier trial in this process are reset and reused first. ``cache``: the stage
-    cache behind the algorithm's ``memo`` (None: no cross-trial caching of one-shot work)."""
+    cache behind the algorithm's ``memo`` and the source-image crop pool (None: no cross-trial caching of one-shot
+    work)."""
     placement = current_placement(len(seeds))
     if placement is None:  # outside Tune (platform.run): a placement group of our own
         placement = own_placement(config.resources, len(seeds))
         ray.get(placement.placement_group.ready())
     if shared is None or not shared.serves(config):
-        shared = share_dataset(config)  # once for all seeds
+        shared = share_dataset(config, cache=cache)  # once for all seeds
     federations = [Federation(c, placement, shared, wait=False, lazy_clients=lazy_clients, warm=warm, cache=cache)
                    for c in replicate_over_seeds(config, seeds)]
     try:

@@ -24,6 +24,8 @@ CASES = {
     "fedaux lambda <= 0": (["platform.run", "fedaux_dp", "--set", "algorithm.lam=0"], "algorithm.lam: must be > 0"),
     "pretraining without public data": (["platform.run", "fedaux_dp", "--set", "public.source=none"],
                                         "pretrain.method"),
+    "missing source image": (["platform.run", "smoke", "--set", "public.source=image", "--set",
+                              "public.image=/nonexistent.png"], "public.image: no image file '/nonexistent.png'"),
 }
 
 

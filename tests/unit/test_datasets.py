@@ -467,10 +467,12 @@ def test_public_none_and_too_large_size():
     assert info.value.field == "public.size" and "at most 10" in str(info.value)
 
 
-def test_public_image_source_returns_the_unnormalised_photo():
-    train = _indexed(20)
-    local, pub = split_public(train, _public(source="image", image="flower"), 0, DatasetConfig())
-    assert local is train and pub.shape == (1, 3, 427, 640) and 0 <= pub.min() and pub.max() <= 1
+def test_public_image_source_returns_a_crop_pool_of_the_private_side():
+    # more in tests/unit/test_public_pool.py
+    train, _ = load_dataset(_cfg(name="digits"))
+    local, pub = split_public(train, _public(source="image", image="flower", size=20), 0, _cfg(name="digits"))
+    assert local is train and pub.shape == (20, 1, 8, 8) and pub.dtype == np.float32
+    assert 0 <= pub.min() and pub.max() <= 1  # digits: no normalisation
 
 
 def test_public_dataset_is_conformed_and_normalised_like_the_private_data(tmp_path, no_md5):
@@ -524,10 +526,9 @@ def test_public_dataset_missing_files_is_one_config_error(tmp_path):
      "train+test"),
     ({"source": "train_split", "dataset": "stl10"}, "public.dataset", "source is dataset"),
     ({"source": "none", "size": 10}, "public.size", "none"),
-    ({"source": "image", "size": 10}, "public.size", "crop-pool"),
+    ({"source": "train_split", "seed": 3}, "public.seed", "source is image"),
     ({"source": "both"}, "public.source", "train_split"),
     ({"source": "train_split", "split": "last_half"}, "public.split", "first_half"),
-    ({"source": "image", "image": "ameyoko"}, "public.image", "china"),
     ({"source": "dataset", "dataset": "stl10", "fraction": 0.3}, "public.fraction", "train_split"),
 ])
 def test_public_config_errors_name_the_field(data, field, needle):

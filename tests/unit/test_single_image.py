@@ -422,13 +422,9 @@ def test_check_setting_refusals_name_the_field(params, setting, field):
     assert _refused(params, _setting(**setting)) == field
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "platform/config.py experiment_setting: public_size = public.size (None) for public.source: image without "
-    "public.size, although the pool then has DEFAULT_POOL_SIZE (50,000) crops, so check_setting skips the K / s "
-    "checks: kmeans_k = 50,001 loads and fails only at run time"))
 def test_default_image_pool_size_reaches_check_setting():
     from platform.config import build_experiment
-    default = pytest.importorskip("platform.data.patch_pool_source").DEFAULT_POOL_SIZE
+    from platform.data.patch_pool_source import DEFAULT_POOL_SIZE as default
     base = {"dataset": {"name": "digits"}, "model": {"name": "cnn"}, "public": {"source": "image"}, "rounds": 20,
             "algorithm": {"name": "single_image", "num_distill": 50, "kmeans_k": default + 1}}
     with pytest.raises(ConfigError) as info:

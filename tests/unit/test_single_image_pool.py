@@ -88,12 +88,12 @@ def test_pool_options_and_normalisation():
     ({"size": 2.5}, "public.size"),
     ({"size": 4, "out_size": 300}, "public.patch_size"),
     ({"size": 4, "out_size": 0}, "public.patch_size"),
-    ({"size": 4, "scale": (0.0, 1.0)}, "public.scale"),
-    ({"size": 4, "jitter_p": 1.5}, "public.jitter_p"),
-    ({"size": 4, "rot_deg": -1}, "public.rot_deg"),
-    ({"size": 4, "init_crop": 0.0}, "public.init_crop"),
-    ({"size": 4, "jpeg_quality": 0}, "public.jpeg_quality"),
-    ({"size": 4, "blur": True}, "public"),
+    ({"size": 4, "scale": (0.0, 1.0)}, "public.patches.scale"),
+    ({"size": 4, "jitter_p": 1.5}, "public.patches.jitter_p"),
+    ({"size": 4, "rot_deg": -1}, "public.patches.rot_deg"),
+    ({"size": 4, "init_crop": 0.0}, "public.patches.init_crop"),
+    ({"size": 4, "jpeg_quality": 0}, "public.patches.jpeg_quality"),
+    ({"size": 4, "blur": True}, "public.patches"),
 ])
 def test_pool_bad_inputs(kwargs, field):
     with pytest.raises(ConfigError) as err:
