@@ -275,12 +275,20 @@ class ParameterServer(Reusable):
         return metrics
 
     def checkpoint(self) -> dict:
-        """The server state and every client's stored state: all a restored trial needs to continue exactly."""
-        return {"server": self.state, "client_states": self.client_states.snapshot()}
+        """The server state, every client's stored state and the server's random streams (distillation batch
+        order, noise, the global generator): all a restored trial needs to continue exactly."""
+        return {"server": self.state, "client_states": self.client_states.snapshot(),
+                "generators": {"training": self.ctx.training_generator.get_state(),
+                               "noise": self.ctx.noise_generator.get_state(), "global": torch.get_rng_state()}}
 
     def restore(self, checkpoint: dict) -> None:
         self.state = checkpoint["server"]
         self.client_states.restore(checkpoint.get("client_states", {}))
+        streams = checkpoint.get("generators")
+        if streams is not None:
+            self.ctx.training_generator.set_state(streams["training"])
+            self.ctx.noise_generator.set_state(streams["noise"])
+            torch.set_rng_state(streams["global"])
 
 
 class ClientShards:
