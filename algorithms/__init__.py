@@ -8,6 +8,7 @@ from algorithms.base import (ALGORITHMS, Algorithm, ClientContext, ClientUpdate,
                              reduce_updates, register, resolve_algorithm)
 # Each module registers its methods (@register) when imported.
 from algorithms import fedavg, fedprox, fedkp, fedpa, sgld, feded, feddf, fedaux, mnfl, single_image  # noqa: F401,E402
+from algorithms import mnfl_baselines, pfeddf  # noqa: F401,E402
 
 __all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "ClientUpdate", "Metric", "ServerContext", "ServerState",
            "reduce_updates", "register", "resolve_algorithm"]

@@ -17,6 +17,12 @@ clients are weighted by D_n/D (Eq. 7); c_0 is uniform (§10 #11); the default co
 projection of every column onto the simplex after each step (§8, §10 #12), with ``project=False`` as the
 faithful ``c_constraint='none'`` ablation (q is then clamped at ``eps`` inside the log, §8).
 
+The baselines of spec §5 form c from a rule instead of Eq. 7 (same convention: column n = student n's teacher
+weights, on the simplex; :mod:`algorithms.mnfl_baselines`): :func:`cosine_similarities` (cosine of the flattened
+soft-prediction matrices on the round's public subset, self = 1, §5 / §10 #28), :func:`similarity_coefficients`
+(Sim-pFL: c[·, n] ∝ max(cos, 0), or the reference code's min–max weights, §5, §11) and :func:`topk_coefficients`
+(TopK-pFL: uniform over the top-K by cosine, self included, or the reference code's median threshold, §3, §5, §11).
+
 Everything here is a pure function of tensors (no models, no I/O); the round structure (§2.2) and the update
 order switches (§2.3) belong to the algorithm that calls these.
 """
@@ -248,6 +254,106 @@ def coefficient_step(c: torch.Tensor, soft_predictions: torch.Tensor, client_wei
     return c_new
 
 
-__all__ = ["EPS", "check_coefficient_lr", "check_lam", "check_rho", "coefficient_gradient",
-           "coefficient_objective", "coefficient_step", "personalised_targets", "project_columns_to_simplex",
-           "uniform_coefficients"]
+# ---------------------------------------------------------------------------------------------------------------
+# rule-based coefficients of the baselines (spec §5): Sim-pFL, TopK-pFL
+# ---------------------------------------------------------------------------------------------------------------
+
+SIMILARITY_WEIGHTINGS = ("clipped", "minmax")
+TOPK_SELECTIONS = ("topk", "median")
+
+
+def check_topk(k) -> int:
+    """K ≥ 1 clients kept by TopK-pFL (spec §3: 5). Raises ConfigError('algorithm.topk')."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError("algorithm.topk", f"topk (clients kept per student, spec/mnfl.md §3) must be an integer "
+                                            f">= 1, got {k!r}")
+    return k
+
+
+def _check_predictions(soft_predictions) -> torch.Tensor:
+    if not isinstance(soft_predictions, torch.Tensor):
+        raise ValueError(f"soft_predictions must be a torch.Tensor, got {type(soft_predictions).__name__}")
+    s = soft_predictions
+    if s.dim() != 3 or s.shape[0] < 1 or s.shape[1] < 1 or s.shape[2] < 1:
+        raise ValueError(f"soft_predictions must have shape [N, M, C] (clients, public samples, classes) with "
+                         f"N, M, C >= 1, got {tuple(s.shape)}")
+    if not s.dtype.is_floating_point:
+        raise ValueError(f"soft_predictions must be a floating-point tensor, got {s.dtype}")
+    return s
+
+
+def cosine_similarities(soft_predictions: torch.Tensor) -> torch.Tensor:
+    """cos[m, n] = ⟨vec s_m, vec s_n⟩ / (‖vec s_m‖ ‖vec s_n‖), N×N, symmetric, diagonal exactly 1.
+
+    ``soft_predictions`` S [N, M, C] are the clients' tempered soft predictions on the round's public subset;
+    each client's M×C matrix is flattened (spec/mnfl.md §5, §10 #28: similarity of soft predictions, not of
+    parameters; §11: the reference code's ``get_cosdist`` on ``raw_logits[i].flatten()``, self = 1). A client
+    whose predictions are all zero has cosine 0 with every other client. Returned in ``S``'s dtype, clamped to
+    [−1, 1] (probabilities give [0, 1]).
+    """
+    s = _check_predictions(soft_predictions)
+    flat = s.reshape(s.shape[0], -1)
+    norms = flat.norm(dim=1)
+    denom = (norms.unsqueeze(1) * norms.unsqueeze(0)).clamp_min(torch.finfo(s.dtype).tiny)
+    cos = (flat @ flat.T) / denom
+    cos = (0.5 * (cos + cos.T)).clamp(-1.0, 1.0)   # exactly symmetric (the matmul is only up to rounding)
+    cos.fill_diagonal_(1.0)
+    return cos
+
+
+def similarity_coefficients(soft_predictions: torch.Tensor, weighting: str = "clipped") -> torch.Tensor:
+    """Sim-pFL's c (spec/mnfl.md §5), columns on the simplex, from :func:`cosine_similarities`:
+
+    - ``'clipped'`` ([REC]): c[m, n] = max(cos[m, n], 0) / Σ_m' max(cos[m', n], 0). The student itself is a
+      teacher with cos = 1, so every column sum is ≥ 1 and no column is empty.
+    - ``'minmax'`` ([EXT], the reference code's ``KT-pFL_cos``): c[m, n] ∝ cos[m, n] − min_m' cos[m', n] (the
+      min over the student's teachers, self included); the least similar teacher gets weight 0. A column whose
+      cosines are all equal (e.g. N = 1, or identical predictions) has nothing to normalise and is uniform.
+    """
+    if weighting not in SIMILARITY_WEIGHTINGS:
+        raise ValueError(f"unknown similarity weighting {weighting!r}; allowed: {', '.join(SIMILARITY_WEIGHTINGS)}")
+    cos = cosine_similarities(soft_predictions)
+    if weighting == "clipped":
+        w = cos.clamp_min(0.0)
+    else:
+        w = cos - cos.min(dim=0, keepdim=True).values
+    total = w.sum(dim=0, keepdim=True)
+    uniform = torch.full_like(w, 1.0 / w.shape[0])
+    return torch.where(total > 0, w / total.clamp_min(torch.finfo(w.dtype).tiny), uniform)
+
+
+def topk_coefficients(soft_predictions: torch.Tensor, k: int = 5, selection: str = "topk") -> torch.Tensor:
+    """TopK-pFL's c (spec/mnfl.md §3, §5), columns on the simplex: a uniform average over a set of teachers.
+
+    - ``'topk'`` ([REC]): for student n, the K teachers with the highest cos[m, n], the student itself always
+      first (cos = 1; it is kept even if another client's cosine ties at 1), other ties broken by the lower client
+      index; K ≥ N keeps everyone (FedMD's uniform average). c[m, n] = 1/min(K, N) on the kept set.
+    - ``'median'`` ([EXT], the reference code's ``KT-pFL_topk``): with N ≥ 2 the threshold is the ⌊N/2⌋-th
+      smallest cosine of column n (self included), and the teachers whose cosine is strictly above it are kept
+      (about N/2 of them), plus the student itself. ``k`` is not used.
+    """
+    if selection not in TOPK_SELECTIONS:
+        raise ValueError(f"unknown top-K selection {selection!r}; allowed: {', '.join(TOPK_SELECTIONS)}")
+    cos = cosine_similarities(soft_predictions)
+    n = cos.shape[0]
+    eye = torch.eye(n, dtype=torch.bool, device=cos.device)
+    if selection == "topk":
+        k = check_topk(k)
+        score = cos.masked_fill(eye, float("inf"))                      # self first
+        order = torch.sort(score, dim=0, descending=True, stable=True).indices
+        keep = torch.zeros_like(eye)
+        keep.scatter_(0, order[:min(k, n)], True)
+    else:
+        if n >= 2:
+            threshold = torch.sort(cos, dim=0).values[n // 2 - 1]      # the ⌊N/2⌋-th smallest of each column
+            keep = (cos > threshold.unsqueeze(0)) | eye
+        else:
+            keep = eye.clone()
+    w = keep.to(cos.dtype)
+    return w / w.sum(dim=0, keepdim=True)
+
+
+__all__ = ["EPS", "SIMILARITY_WEIGHTINGS", "TOPK_SELECTIONS", "check_coefficient_lr", "check_lam", "check_rho",
+           "check_topk", "coefficient_gradient", "coefficient_objective", "coefficient_step",
+           "cosine_similarities", "personalised_targets", "project_columns_to_simplex", "similarity_coefficients",
+           "topk_coefficients", "uniform_coefficients"]

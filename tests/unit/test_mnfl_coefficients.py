@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
 
-from algorithms.common.coefficients import (coefficient_gradient, coefficient_objective, coefficient_step,
-                                            personalised_targets, project_columns_to_simplex,
+from algorithms.common.coefficients import (check_topk, coefficient_gradient, coefficient_objective,
+                                            coefficient_step, cosine_similarities, personalised_targets,
+                                            project_columns_to_simplex, similarity_coefficients, topk_coefficients,
                                             uniform_coefficients)
 from algorithms.errors import ConfigError
+
+
+# small tensors: torch's intra-op threads only add overhead (many times slower on a busy machine)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -270,3 +276,91 @@ def test_unstable_explicit_step_and_other_fields():
     with pytest.raises(ConfigError) as err:
         coefficient_objective(c, s, lam=-1.0)
     assert err.value.field == "algorithm.lam"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# rule-based coefficients of the baselines (spec §5): cosine, Sim-pFL, TopK-pFL
+# ------------------------------------------------------------------------------------------------------------
+
+def _simplex_columns(c: torch.Tensor) -> bool:
+    return bool((c >= 0).all()) and torch.allclose(c.sum(0), torch.ones(c.shape[1], dtype=c.dtype), atol=1e-12)
+
+
+def test_cosine_similarities_match_loops_with_an_exact_unit_diagonal():
+    s = _random_soft(5, 7, 3, seed=11)
+    cos = cosine_similarities(s)
+    flat = s.reshape(5, -1)
+    for m in range(5):
+        for n in range(5):
+            if m != n:
+                expected = float(flat[m] @ flat[n]) / float(flat[m].norm() * flat[n].norm())
+                assert float(cos[m, n]) == pytest.approx(expected, abs=1e-14)
+    assert torch.equal(cos.diagonal(), torch.ones(5, dtype=torch.float64))   # self = 1 exactly, not ≈ 1
+    assert torch.equal(cos, cos.T)
+    # a client with all-zero predictions: cosine 0 with the others, still 1 with itself
+    z = s.clone()
+    z[2] = 0.0
+    cz = cosine_similarities(z)
+    assert cz[2, [0, 1, 3, 4]].eq(0).all() and cz[2, 2] == 1.0
+
+
+def test_similarity_coefficients_clip_negative_cosines_and_normalise():
+    # not probabilities, so cosines can be negative: c ∝ max(cos, 0) drops client 1 from client 0's target
+    s = torch.tensor([[[1.0, 0.0]], [[-1.0, 0.2]], [[1.0, 1.0]]], dtype=torch.float64)
+    c = similarity_coefficients(s)
+    cos01, cos02 = -1.0 / math.sqrt(1.04), 1.0 / math.sqrt(2.0)
+    cos12 = -0.8 / math.sqrt(1.04 * 2.0)
+    assert cos01 < 0 and cos12 < 0
+    assert torch.allclose(c[:, 0], torch.tensor([1.0, 0.0, cos02], dtype=torch.float64) / (1.0 + cos02), atol=1e-14)
+    assert torch.allclose(c[:, 1], torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64), atol=1e-14)
+    assert _simplex_columns(c)
+    # min–max: shift by the column's minimum, so the least similar gets 0 even when its cosine is positive
+    p = _random_soft(4, 6, 3, seed=12)
+    mm = similarity_coefficients(p, "minmax")
+    cos = cosine_similarities(p)
+    for n in range(4):
+        w = cos[:, n] - cos[:, n].min()
+        assert torch.allclose(mm[:, n], w / w.sum(), atol=1e-14)
+        assert mm[int(cos[:, n].argmin()), n] == 0
+    assert _simplex_columns(mm) and _simplex_columns(similarity_coefficients(p))
+    # nothing to normalise (one client, or identical predictions): uniform
+    assert torch.equal(similarity_coefficients(p[:1], "minmax"), torch.ones(1, 1, dtype=torch.float64))
+    same = p[:1].expand(3, -1, -1)
+    assert torch.allclose(similarity_coefficients(same, "minmax"), torch.full((3, 3), 1 / 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="weighting"):
+        similarity_coefficients(p, "softmax")
+
+
+def test_topk_keeps_self_first_even_on_ties_and_k_beyond_n_is_fedmd():
+    p = _random_soft(4, 4, 3, seed=13)
+    p[0] = p[1] = torch.eye(3, dtype=torch.float64)[[0, 1, 2, 0]]   # identical one-hot rows: cos = 4/(2·2) = 1
+    assert cosine_similarities(p)[0, 1] == 1.0                      # an exact tie with self
+    c = topk_coefficients(p, k=1)
+    assert torch.equal(c, torch.eye(4, dtype=torch.float64))   # K = 1: only the student itself, never its twin
+    c2 = topk_coefficients(p, k=2)
+    assert c2[0, 1] == 0.5 and c2[1, 0] == 0.5 and c2[0, 0] == 0.5   # the twin is each other's nearest
+    assert torch.equal(topk_coefficients(p, k=9), torch.full((4, 4), 0.25, dtype=torch.float64))
+    for k in (1, 2, 3, 4):
+        ck = topk_coefficients(_random_soft(6, 5, 3, seed=14 + k), k=k)
+        assert _simplex_columns(ck) and (ck > 0).sum(0).eq(k).all() and ck.diagonal().eq(1.0 / k).all()
+    with pytest.raises(ConfigError) as err:
+        topk_coefficients(p, k=0)
+    assert err.value.field == "algorithm.topk"
+    with pytest.raises(ConfigError):
+        check_topk(2.5)
+
+
+def test_topk_median_selection_as_the_reference_code():
+    # five clients: the threshold of each column is its 2nd smallest cosine (⌊5/2⌋ = 2), keep strictly above
+    p = _random_soft(5, 8, 4, seed=15)
+    c = topk_coefficients(p, selection="median")
+    cos = cosine_similarities(p)
+    for n in range(5):
+        threshold = sorted(cos[:, n].tolist())[1]
+        kept = [m for m in range(5) if float(cos[m, n]) > threshold or m == n]
+        assert len(kept) == 3
+        assert torch.allclose(c[:, n], torch.tensor([1 / 3 if m in kept else 0.0 for m in range(5)],
+                                                     dtype=torch.float64))
+    assert torch.equal(topk_coefficients(p[:1], selection="median"), torch.ones(1, 1, dtype=torch.float64))
+    with pytest.raises(ValueError, match="selection"):
+        topk_coefficients(p, selection="threshold")
