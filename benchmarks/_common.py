@@ -199,3 +199,46 @@ def wait_for_quiet(max_foreign_cores: float = 0.25, timeout: float = 0.0, probe:
             said = time.perf_counter()
             print(f"  (machine busy: {load.cores:.2f} cores used by other processes; waiting up to "
                   f"{deadline - said:.0f} s more)", file=sys.stderr, flush=True)
+
+
+def run_federated(config, seeds: Sequence[int], rounds: int, shared=None, cache=None) -> list[list[dict]]:
+    """Run ``config`` on every seed (one federation each, rounds in lockstep) on the connected Ray; returns each
+    seed's list of per-round metrics. ``shared``: the SharedData to use (default: built here, through ``cache``)."""
+    from platform.runtime.federation import share_dataset
+    from platform.runtime.trial import start_federations, stop_federations
+
+    if shared is None:
+        shared = share_dataset(config, cache=cache)
+    federations = start_federations(config, list(seeds), shared, cache=cache)
+    histories: list[list[dict]] = [[] for _ in seeds]
+    try:
+        for _ in range(rounds):
+            refs = [f.start_round() for f in federations]
+            for i, (f, ref) in enumerate(zip(federations, refs)):
+                histories[i].append(f.finish_round(ref))
+    finally:
+        stop_federations(federations)
+    return histories
+
+
+def learning_summary(histories: list[list[dict]], val: str = "val_accuracy", test: str = "test_accuracy") -> dict:
+    """Per seed: the final and best-over-rounds validation metric, and the test metric at the final round and at
+    the best-validation round (selection never on test)."""
+    import numpy as np
+
+    best = [int(np.argmax([m[val] for m in h])) for h in histories]
+    return {"final_val": [h[-1][val] for h in histories],
+            "best_val": [h[b][val] for h, b in zip(histories, best)],
+            "final_test": [h[-1][test] for h in histories],
+            "test_at_best_val": [h[b][test] for h, b in zip(histories, best)]}
+
+
+def learning_table(results: dict) -> str:
+    """One row per arm of :func:`learning_summary` results: means (± std of the final val) and per-seed finals."""
+    import numpy as np
+
+    rows = [[label, f"{np.mean(r['final_val']):.4f} ± {np.std(r['final_val']):.4f}", f"{np.mean(r['best_val']):.4f}",
+             f"{np.mean(r['final_test']):.4f}", f"{np.mean(r['test_at_best_val']):.4f}",
+             " ".join(f"{v:.3f}" for v in r["final_val"])] for label, r in results.items()]
+    return table(["arm", "final val (mean ± std)", "best val", "final test", "test at best val",
+                  "final val per seed"], rows)

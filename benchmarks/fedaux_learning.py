@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from benchmarks._common import machine_line, table
+from benchmarks._common import learning_summary, machine_line, run_federated, table
 
 
 def _configs(rounds: int, distill_lr: float, epsilon: float) -> dict:
@@ -56,26 +56,14 @@ def main(argv=None) -> int:
     from platform.cache import open_cache
     from platform.pretrain import prepare_pretrained
     from platform.runtime.federation import replicate_over_seeds, share_dataset
-    from platform.runtime.trial import run_rounds, start_federations, stop_federations
 
     ray.init(num_cpus=2, log_to_driver=False, include_dashboard=False)
     cache = open_cache(args.cache_dir)
     results = {}
     for label, config in _configs(args.rounds, args.distill_lr, args.epsilon).items():
-        shared = prepare_pretrained(share_dataset(config), replicate_over_seeds(config, seeds), cache)
-        federations = start_federations(config, seeds, shared, cache=cache)
-        try:
-            per_seed = [[] for _ in seeds]
-            for _ in range(args.rounds):
-                refs = [f.start_round() for f in federations]
-                for i, (f, ref) in enumerate(zip(federations, refs)):
-                    per_seed[i].append(f.finish_round(ref))
-        finally:
-            stop_federations(federations)
-        results[label] = {
-            "final_val": [h[-1]["val_accuracy"] for h in per_seed],
-            "best_val": [max(m["val_accuracy"] for m in h) for h in per_seed],
-            "final_test": [h[-1]["test_accuracy"] for h in per_seed]}
+        shared = prepare_pretrained(share_dataset(config, cache=cache), replicate_over_seeds(config, seeds), cache)
+        summary = learning_summary(run_federated(config, seeds, args.rounds, shared=shared, cache=cache))
+        results[label] = {k: summary[k] for k in ("final_val", "best_val", "final_test")}
         print(f"... {label}: final val {np.mean(results[label]['final_val']):.4f}", file=sys.stderr, flush=True)
     ray.shutdown()
     if args.json:

@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from benchmarks._common import machine_line, table
+from benchmarks._common import learning_summary, learning_table, machine_line, run_federated
 
 ARMS = {
     "FedAvg only": {"distill_steps": 0, "fedavg_init_every": 1},
@@ -43,14 +43,6 @@ def configs(rounds: int, alpha: float, extra: dict | None = None) -> dict:
             for label, arm in ARMS.items()}
 
 
-def summarise(per_seed: list[list[dict]]) -> dict:
-    best = [int(np.argmax([m["val_accuracy"] for m in h])) for h in per_seed]
-    return {"final_val": [h[-1]["val_accuracy"] for h in per_seed],
-            "best_val": [h[b]["val_accuracy"] for h, b in zip(per_seed, best)],
-            "final_test": [h[-1]["test_accuracy"] for h in per_seed],
-            "test_at_best_val": [h[b]["test_accuracy"] for h, b in zip(per_seed, best)]}
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.single_image_learning",
                                      description=__doc__.split("\n")[0])
@@ -65,24 +57,13 @@ def main(argv=None) -> int:
     import ray
 
     from platform.cache import open_cache
-    from platform.runtime.federation import share_dataset
-    from platform.runtime.trial import start_federations, stop_federations
 
     ray.init(num_cpus=2, log_to_driver=False, include_dashboard=False)
     cache = open_cache(args.cache_dir)
     results = {}
     try:
         for label, config in configs(args.rounds, args.alpha).items():
-            federations = start_federations(config, seeds, share_dataset(config, cache=cache), cache=cache)
-            try:
-                per_seed = [[] for _ in seeds]
-                for _ in range(args.rounds):
-                    refs = [f.start_round() for f in federations]
-                    for i, (f, ref) in enumerate(zip(federations, refs)):
-                        per_seed[i].append(f.finish_round(ref))
-            finally:
-                stop_federations(federations)
-            results[label] = summarise(per_seed)
+            results[label] = learning_summary(run_federated(config, seeds, args.rounds, cache=cache))
             print(f"... {label}: final val {np.mean(results[label]['final_val']):.4f}", file=sys.stderr, flush=True)
     finally:
         ray.shutdown()
@@ -91,11 +72,7 @@ def main(argv=None) -> int:
         return 0
     print(machine_line())
     print(f"digits32, alpha {args.alpha:g}, {args.rounds} rounds, seeds {args.seeds}")
-    rows = [[label, f"{np.mean(r['final_val']):.4f} ± {np.std(r['final_val']):.4f}", f"{np.mean(r['best_val']):.4f}",
-             f"{np.mean(r['final_test']):.4f}", f"{np.mean(r['test_at_best_val']):.4f}",
-             " ".join(f"{v:.3f}" for v in r["final_val"])] for label, r in results.items()]
-    print(table(["arm", "final val (mean ± std)", "best val", "final test", "test at best val",
-                 "final val per seed"], rows))
+    print(learning_table(results))
     gain = np.mean(results["FedAvg + distillation (rho 100%)"]["final_val"]) - np.mean(results["FedAvg only"]["final_val"])
     print(f"distillation over FedAvg-only rounds (rho 100%, mean final val): {gain:+.4f} -> "
           f"{'holds' if gain > 0 else 'does NOT hold'}")
