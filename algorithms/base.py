@@ -393,6 +393,12 @@ class Algorithm:
         (no global model: the standard metrics then come from ``client_evaluate``)."""
         return state.weights
 
+    def report_arrays(self, state: ServerState) -> dict[str, torch.Tensor]:
+        """Small 2-D arrays worth plotting (e.g. MNFL's coefficient matrix c), by name; the platform logs each as a
+        heat-map PNG and a CSV artifact every ``tracking.arrays_every`` rounds and after the last round.
+        Default: none."""
+        return {}
+
     @classmethod
     def hyperparameter_docs(cls) -> dict[str, str]:
         return {f.name: f.metadata.get("doc", "") for f in dataclasses.fields(cls.Hyperparams)}

@@ -358,6 +358,11 @@ class MNFL(Algorithm):
         return ClientUpdate(weight=float(client.num_samples), tensors=tensors, metrics=metrics,
                             architecture=client.architecture, client_id=client.client_id)
 
+    def report_arrays(self, state: ServerState) -> dict[str, torch.Tensor]:
+        """The coefficient matrix c (c[m, n]: weight of teacher m, row, for student n, column), logged by the
+        platform as a heat-map every ``tracking.arrays_every`` rounds and at the end."""
+        return {"coefficients": state.extra["c"]}
+
     def client_evaluate(self, payload: dict, client: ClientContext) -> dict[str, float]:
         self._load(client)
         scores = {}

@@ -128,7 +128,8 @@ class ModelConfig:
     assignment: str = spec("random", doc="Which clients get which architecture: random (a permutation seeded by "
                                          "the partition seed, so architecture and data stay uncorrelated; "
                                          "spec/mnfl.md §10 item 25) or blocks (contiguous client ids, the MNFL "
-                                         "reference code).", choices=("random", "blocks"))
+                                         "reference code; the shares must split clients.num_clients into "
+                                         "whole blocks).", choices=("random", "blocks"))
 
     def validate(self, path: str) -> None:
         from platform.models import MODELS
@@ -194,6 +195,14 @@ class ResourcesConfig:
 
 
 @dataclass(frozen=True)
+class TrackingConfig:
+    arrays_every: int = spec(5, doc="Log the arrays a method reports (Algorithm.report_arrays, e.g. MNFL's "
+                                    "coefficient matrix c) as artifacts arrays/<name>/round_<r>.png (heat-map) "
+                                    "and .csv every this many rounds and after the last round; 0 = after the "
+                                    "last round only. Arrays over 1e6 elements are skipped with a warning.", ge=0)
+
+
+@dataclass(frozen=True)
 class AlgorithmConfig:
     name: str
     params: Any  # the algorithm's frozen Hyperparams dataclass
@@ -220,6 +229,7 @@ class ExperimentConfig:
     resources: ResourcesConfig = spec(factory=ResourcesConfig)
     public: PublicDataConfig = spec(factory=PublicDataConfig)
     pretrain: PretrainConfig = spec(factory=PretrainConfig)
+    tracking: TrackingConfig = spec(factory=TrackingConfig)
 
     def stream_seed(self, stream: str) -> int:
         """The seed of one random stream: explicit in ``seeds``, else derived from ``seed`` and the stream."""
@@ -298,6 +308,10 @@ def _check_cross_section(config: ExperimentConfig) -> None:
                                                      f"for all clients, so all clients need one architecture; "
                                                      f"heterogeneous clients work with: {', '.join(capable)}")
         assign_architectures(config.model.architectures, config.clients.num_clients)
+        if config.model.assignment == "blocks":
+            from platform.models import check_whole_blocks
+
+            check_whole_blocks(config.model.architectures, config.clients.num_clients)
     if algorithm.evaluates_clients and config.partition.val_fraction == 0 and config.partition.test_fraction == 0:
         raise ConfigError("partition.val_fraction", f"algorithm {config.algorithm.name!r} judges each client on its "
                                                     f"own validation and test splits: set partition.val_fraction "

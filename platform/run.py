@@ -13,8 +13,8 @@ from typing import Optional
 from platform.cli import connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
 from platform.config import apply_overrides, build_experiment, load_yaml, parse_override
 from platform.errors import UserError
-from platform.run_schema import (METRIC_FINAL, STATUS_COMPLETED, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,
-                                 TAG_COMMAND, TAG_GIT_COMMIT, TAG_STATUS)
+from platform.run_schema import (METRIC_FINAL, RESULT_ARRAYS, STATUS_COMPLETED, STATUS_FAILED, STATUS_INTERRUPTED,
+                                 STATUS_RUNNING, TAG_COMMAND, TAG_GIT_COMMIT, TAG_STATUS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -184,18 +184,23 @@ def _log_partition(tracker, run_id, config, data) -> str:
 
 
 def _run_rounds(federations, config, args, tracker, run_id) -> list[dict]:
-    """Run every round (or the cached one-round analysis), print and log each; returns the rounds' metrics."""
+    """Run every round (or the cached one-round analysis), print and log each, with the method's arrays on the rounds
+    due (``tracking.arrays_every``, the last round); returns the rounds' metrics (without the arrays)."""
     from platform.cache import open_cache
     from platform.runtime.trial import run_one_round, run_rounds
+    from platform.tracking import log_arrays
 
     rounds = ([run_one_round(federations, open_cache(args.cache_dir, not args.no_cache))]
               if config.mode == "one_round" else run_rounds(federations, config.rounds))
     profile = []
     for metrics in rounds:
+        arrays = metrics.pop(RESULT_ARRAYS, None)
         print(_format(metrics), flush=True)
         started = time.perf_counter()
         if tracker:
             tracker.log_metrics(run_id, {k: v for k, v in metrics.items() if k != "round"}, step=metrics["round"])
+            if arrays:
+                log_arrays(tracker, run_id, arrays, metrics["round"])
         metrics["tracking_seconds"] = time.perf_counter() - started
         profile.append(metrics)
     if tracker and profile:

@@ -41,3 +41,11 @@ ARTIFACT_PARETO_JSON = "pareto_front.json"  # a JSON list, one object per front 
 #                                             each objective (and its _std over seeds), params
 ARTIFACT_PARETO_CSV = "pareto_front.csv"  # the same table as CSV (params as columns)
 ARTIFACT_PARETO_PNG = "pareto_front.png"  # the first two objectives of every finished trial, the front highlighted
+
+# Arrays a method reports (Algorithm.report_arrays, e.g. MNFL's coefficient matrix c), every tracking.arrays_every
+# rounds and after the last round: artifacts arrays/<name>/round_<r>.png (heat-map) and arrays/<name>/round_<r>.csv
+# (the matrix, one line per row, comma-separated). In a round's metrics (what a trial reports to Tune) they travel
+# under RESULT_ARRAYS as {name: nested list of rows}; it is never a metric.
+ARTIFACT_ARRAYS = "arrays"
+RESULT_ARRAYS = "_arrays"
+MAX_ARRAY_ELEMENTS = 1_000_000  # larger arrays are skipped, with one warning per name

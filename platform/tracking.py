@@ -15,7 +15,8 @@ from typing import Any, Optional
 
 from ray import tune
 
-from platform.run_schema import (METRIC_BEST, METRIC_FINAL, METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, STATUS_COMPLETED,
+from platform.run_schema import (ARTIFACT_ARRAYS, MAX_ARRAY_ELEMENTS, METRIC_BEST, METRIC_FINAL,
+                                 METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, RESULT_ARRAYS, STATUS_COMPLETED,
                                  STATUS_EARLY_STOPPED, STATUS_FAILED, STATUS_RUNNING, TAG_PARENT_RUN, TAG_SAMPLED,
                                  TAG_SEARCH_SPACE, TAG_STATUS, TAG_TRIAL_ID)
 
@@ -183,10 +184,82 @@ def log_patch_samples(tracker: "Tracker", run_id: str, shared) -> Optional[str]:
     return "public/patches.png"
 
 
+def array_heatmap(array, path: str, title: str) -> str:
+    """Write a 2-D array as a heat-map PNG (rows down, columns across, a colour bar) at ``path``; return the path.
+    Agg canvas, no pyplot (no display, no global backend change)."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    array = np.asarray(array, dtype=float)
+    rows, columns = array.shape
+    fig = Figure(figsize=(min(16.0, 2.5 + 0.3 * columns), min(16.0, 2.0 + 0.3 * rows)), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    image = ax.imshow(array, aspect="auto", interpolation="nearest", cmap="viridis")
+    ax.set_xlabel("column")
+    ax.set_ylabel("row")
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def array_csv(array, path: str) -> str:
+    """Write a 2-D array as CSV at ``path`` (one line per row, comma-separated, float64 round-trip precision, no
+    header: ``numpy.loadtxt(path, delimiter=",", ndmin=2)`` reads it back); return the path."""
+    import numpy as np
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    np.savetxt(path, np.asarray(array, dtype=np.float64), delimiter=",", fmt="%.17g")
+    return path
+
+
+def write_array_artifacts(name: str, array, round_index: int, directory: str) -> list[str]:
+    """``<directory>/<name>/round_<r>.csv`` and ``.png`` for one array (2-D, at most ``MAX_ARRAY_ELEMENTS``); the
+    paths written. A plot that fails is left out with a warning on stderr: the CSV is the record."""
+    import numpy as np
+
+    array = np.asarray(array, dtype=np.float64)
+    if array.ndim != 2 or array.size == 0 or array.size > MAX_ARRAY_ELEMENTS:
+        raise ValueError(f"array {name!r} must be 2-D with 1 to {MAX_ARRAY_ELEMENTS} elements, got shape "
+                         f"{array.shape}")
+    stem = os.path.join(directory, name, f"round_{int(round_index)}")
+    written = [array_csv(array, stem + ".csv")]
+    try:
+        written.append(array_heatmap(array, stem + ".png", f"{name}, round {int(round_index)}"))
+    except Exception as err:  # noqa: BLE001 - the CSV holds the data; a plot failure must not fail the run
+        print(f"warning: could not plot array {name!r} of round {round_index}: {err}", file=sys.stderr, flush=True)
+    return written
+
+
+def log_arrays(tracker: "Tracker", run_id: str, arrays: dict, round_index: int) -> list[str]:
+    """Log each of a method's arrays ({name: 2-D array or nested lists}, see :meth:`Algorithm.report_arrays`) on
+    the run as ``arrays/<name>/round_<r>.png`` (heat-map) and ``.csv``; returns the artifact paths. An array that
+    cannot be written is skipped with a warning on stderr (tracking must not fail a run or a sweep)."""
+    import tempfile
+
+    logged = []
+    with tempfile.TemporaryDirectory() as directory:
+        for name, array in (arrays or {}).items():
+            try:
+                paths = write_array_artifacts(name, array, round_index, directory)
+                for path in paths:
+                    tracker.client.log_artifact(run_id, path, f"{ARTIFACT_ARRAYS}/{name}")
+            except Exception as err:  # noqa: BLE001
+                print(f"warning: array {name!r} of round {round_index} not logged: {err}", file=sys.stderr,
+                      flush=True)
+                continue
+            logged += [f"{ARTIFACT_ARRAYS}/{name}/{os.path.basename(p)}" for p in paths]
+    return logged
+
+
 _TUNE_KEYS = {"training_iteration", "time_total_s", "episodes_total", "timesteps_total", "node_ip", "hostname",
               "pid", "time_this_iter_s", "timestamp", "date", "time_since_restore", "timesteps_since_restore",
               "iterations_since_restore", "config", "checkpoint_dir_name", "done", "trial_id", "experiment_tag",
-              "should_checkpoint", "round"}
+              "should_checkpoint", "round", RESULT_ARRAYS}
 
 
 def round_metrics(result: dict) -> dict[str, float]:
@@ -279,6 +352,8 @@ class MlflowSweepCallback(tune.Callback):
             return  # a resumed trial recomputing rounds it already logged (deterministic: same values)
         metrics = round_metrics(result)
         self.tracker.log_metrics(run_id, metrics, step=step)
+        if result.get(RESULT_ARRAYS):  # the method's arrays, on the rounds due (tracking.arrays_every, the last)
+            log_arrays(self.tracker, run_id, result[RESULT_ARRAYS], step)
         self.last[trial.trial_id] = {"round": step, **metrics}
         if self.space.search.multi_objective:
             self._round_objectives(trial, step, metrics)

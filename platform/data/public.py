@@ -195,8 +195,22 @@ def take_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset_c
         plan = plan_patch_pool(cfg, train.input_shape, seed, path)
         pool = patch_pool(plan, cache)
         x = pool_inputs(pool, train.input_shape[0], NORMALIZATIONS[normalization_name(dataset_cfg)])
-        return PublicSplit(train, x, pool_samples(pool))
-    return PublicSplit(*_split_public(train, cfg, seed, dataset_cfg, path))
+        split = PublicSplit(train, x, pool_samples(pool))
+    else:
+        split = PublicSplit(*_split_public(train, cfg, seed, dataset_cfg, path))
+    check_public_shape(split.x.shape[1:], split.local.input_shape, cfg, path)
+    return split
+
+
+def check_public_shape(public_shape: tuple, private_shape: tuple, cfg: PublicDataConfig, path: str = "public") -> None:
+    """The same models consume public and private inputs, so a public pool whose per-sample shape differs from the
+    private inputs' (public data conformed wrongly) is refused with a :class:`ConfigError` on ``<path>.source``
+    naming both shapes. Every source conforms its pool today; this guards against one that does not."""
+    public_shape, private_shape = tuple(int(d) for d in public_shape), tuple(int(d) for d in private_shape)
+    if public_shape != private_shape:
+        what = f"{cfg.source}" + (f" {cfg.dataset}" if cfg.source == "dataset" else "")
+        raise ConfigError(f"{path}.source", f"the public inputs ({what}) have shape {public_shape} per sample but "
+                                            f"the private inputs have {private_shape}; the same models consume both")
 
 
 def _split_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset_cfg,
@@ -241,4 +255,4 @@ def _split_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset
 
 
 __all__ = ["PUBLIC_SOURCES", "PatchPoolConfig", "PublicDataConfig", "PublicSplit", "check_public_available",
-           "split_public", "take_public"]
+           "check_public_shape", "split_public", "take_public"]

@@ -9,6 +9,7 @@ client exactly.
 """
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from collections import Counter
@@ -23,6 +24,7 @@ from algorithms import ClientContext, ServerContext, reduce_updates, resolve_alg
 from algorithms.base import aggregate_round, group_by_architecture, mean_metrics
 from algorithms.common import LocalTraining, evaluate, get_flat_weights, set_flat_weights
 from platform.models import assign_architectures, build_model
+from platform.run_schema import MAX_ARRAY_ELEMENTS, RESULT_ARRAYS
 from platform.runtime.seeding import derived_seed, generator
 from platform.runtime.memo import Memos
 from platform.runtime.state_store import ClientStateStore
@@ -136,6 +138,37 @@ def summarise_client_evaluations(evaluations: Sequence[tuple[dict, dict]]) -> di
     return out
 
 
+def arrays_due(round_index: int, every: int, rounds: int) -> bool:
+    """Whether a method's arrays are logged after round ``round_index`` (1-based): every ``every`` rounds
+    (``tracking.arrays_every``; 0 = never on the way) and after the last round ``rounds``."""
+    return round_index == rounds or (every > 0 and round_index % every == 0)
+
+
+def plottable_arrays(arrays: Mapping, skipped: set) -> dict[str, list]:
+    """:meth:`Algorithm.report_arrays`'s arrays as nested lists of float64 rows (what a trial reports to Tune and
+    the tracking side plots), keyed by names safe in artifact paths; a 1-D array becomes one row. Arrays that are
+    not 1-D or 2-D, are empty, or hold more than ``MAX_ARRAY_ELEMENTS`` are skipped, with one warning per name
+    (``skipped``: the names already warned about)."""
+    out = {}
+    for name, value in arrays.items():
+        key = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name)).strip(".") or "array"
+        shape = tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
+        size = int(np.prod(shape)) if shape else 1
+        if len(shape) not in (1, 2) or size == 0:
+            problem = f"its shape {shape} is not that of a non-empty 1-D or 2-D array"
+        elif size > MAX_ARRAY_ELEMENTS:
+            problem = f"it has {size} elements, more than {MAX_ARRAY_ELEMENTS}"
+        else:
+            array = (value.detach().to("cpu", torch.float64).numpy() if isinstance(value, torch.Tensor)
+                     else np.asarray(value, dtype=np.float64))
+            out[key] = array.reshape(1, -1).tolist() if array.ndim == 1 else array.tolist()
+            continue
+        if key not in skipped:
+            skipped.add(key)
+            warnings.warn(f"report_arrays: {name!r} is not logged: {problem}", RuntimeWarning, stacklevel=2)
+    return out
+
+
 class ParameterServer(Reusable):
     """Holds the global model(s), the round, the server optimiser state, the algorithm's server state and the
     client-state store."""
@@ -173,6 +206,7 @@ class ParameterServer(Reusable):
         self.ctx.test_y = self.test_y
         self.state = self.algorithm.init_server_state(self.ctx)
         self.client_states = ClientStateStore(int(config.clients.state_memory_mb * 2**20))
+        self._skipped_arrays: set = set()  # report_arrays names already warned about (skipped)
 
     def ready(self) -> bool:
         return True
@@ -191,8 +225,9 @@ class ParameterServer(Reusable):
         """Commit the clients' new states, aggregate, step the round, and evaluate the global model.
 
         Reports the validation and test metrics, the clients' mean metrics, the algorithm's own metrics (which
-        win over the others of the same name), the clients' own evaluations, and the time of each phase (for
-        ``platform.run --profile``).
+        win over the others of the same name), the clients' own evaluations, the time of each phase (for
+        ``platform.run --profile``) and, on the rounds due (``tracking.arrays_every``, the last round), the method's
+        arrays (:meth:`Algorithm.report_arrays`) under ``RESULT_ARRAYS``: {name: nested list}, not a metric.
         """
         aggregated = self._aggregate(results)
         metrics = self.evaluate_global()
@@ -222,10 +257,20 @@ class ParameterServer(Reusable):
         if self.algorithm.evaluation_weights(self.state) is None:  # no global model: the clients' own scores
             metrics.update({k[len("client_"):]: v for k, v in client_metrics.items() if not k.endswith("_p10")})
         metrics.update({k: float(v) for k, v in algorithm_metrics.items()})
+        arrays = self._due_arrays()
+        if arrays:
+            metrics[RESULT_ARRAYS] = arrays
         metrics.update({"round": self.state.round, "clients": sum(u.num_clients for u in updates),
                         "broadcast_seconds": getattr(self, "_broadcast_seconds", 0.0),
                         "local_train_seconds": local_train, "aggregate_seconds": time.perf_counter() - start})
         return metrics
+
+    def _due_arrays(self) -> dict[str, list]:
+        """The method's arrays (:meth:`Algorithm.report_arrays`) as nested lists when this round is due for them
+        (``tracking.arrays_every``, the last round), else nothing."""
+        if not arrays_due(self.state.round, self.config.tracking.arrays_every, self.config.rounds):
+            return {}
+        return plottable_arrays(self.algorithm.report_arrays(self.state) or {}, self._skipped_arrays)
 
     def evaluate_global(self, num_threads: Optional[int] = None) -> dict:
         """Validation and test metrics of the current global model(s), and ``evaluate_seconds``.
@@ -464,5 +509,5 @@ class ClientPool(Reusable):
 RemoteParameterServer = ray.remote(ParameterServer)
 RemoteClientPool = ray.remote(ClientPool)
 __all__ = ["ClientPool", "ClientShards", "ClientSplits", "GLOBAL_RNG_KEY", "ParameterServer", "Reusable",
-           "RemoteClientPool", "RemoteParameterServer", "RoundResult", "client_architectures", "derived_seed",
-           "summarise_client_evaluations"]
+           "RemoteClientPool", "RemoteParameterServer", "RoundResult", "arrays_due", "client_architectures",
+           "derived_seed", "plottable_arrays", "summarise_client_evaluations"]

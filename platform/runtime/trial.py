@@ -18,6 +18,7 @@ from platform.cache import open_cache
 from platform.runtime.federation import (Federation, SharedData, WarmActors, one_round_stage,
                                          replicate_over_seeds, share_dataset)
 from platform.runtime.placement import current_placement, own_placement
+from platform.run_schema import RESULT_ARRAYS
 
 NOT_SUMMARISED = ("round", "clients")
 
@@ -27,7 +28,8 @@ WARM_ACTORS = WarmActors()
 
 def summarise_seeds(per_seed: list[dict]) -> dict:
     """Mean over seeds of every metric, plus ``<metric>_std`` (population std, ddof 0 as the thesis reports)
-    for the non-timing metrics when there are several seeds."""
+    for the non-timing metrics when there are several seeds. The method's arrays (``RESULT_ARRAYS``, on the rounds
+    due) are the first seed's, as the logged partition is."""
     out = {"round": int(per_seed[0]["round"])}
     keys = [k for k in per_seed[0] if k not in NOT_SUMMARISED and isinstance(per_seed[0][k], (int, float))]
     for key in keys:
@@ -35,6 +37,8 @@ def summarise_seeds(per_seed: list[dict]) -> dict:
         out[key] = float(values.mean())
         if len(per_seed) > 1 and not key.endswith("seconds"):
             out[f"{key}_std"] = float(values.std())
+    if per_seed[0].get(RESULT_ARRAYS):
+        out[RESULT_ARRAYS] = per_seed[0][RESULT_ARRAYS]
     return out
 
 

@@ -5,6 +5,9 @@ import pytest
 
 from tests.conftest import run_cli
 
+# A valid MNFL run of the smoke base (personalised: per-client test splits; distils on public data).
+MNFL = ["--set", "algorithm.name=mnfl", "--set", "partition.test_fraction=0.25", "--set", "public.source=train_split"]
+
 CASES = {
     "unknown search space": (["platform.sweep", "no_such_space"], "unknown search space 'no_such_space'; available: "),
     "unknown algorithm": (["platform.sweep", "smoke", "--set", "algorithm.name=fedmagic"], "algorithm.name"),
@@ -26,6 +29,14 @@ CASES = {
                                         "pretrain.method"),
     "missing source image": (["platform.run", "smoke", "--set", "public.source=image", "--set",
                               "public.image=/nonexistent.png"], "public.image: no image file '/nonexistent.png'"),
+    "mnfl rho < 0": (["platform.run", "smoke", *MNFL, "--set", "algorithm.rho=-1"], "algorithm.rho: must be >= 0"),
+    "mnfl distill_passes < 1": (["platform.run", "smoke", *MNFL, "--set", "algorithm.distill_passes=0"],
+                                "algorithm.distill_passes: must be >= 1"),
+    "uneven architecture blocks": (["platform.run", "smoke", *MNFL, "--set", "model.architectures=[cnn,mlp,leaf_cnn]",
+                                    "--set", "model.assignment=blocks"],
+                                   "model.architectures: the shares do not divide clients.num_clients=10 into whole "
+                                   "contiguous blocks (model.assignment blocks): cnn 3.333, mlp 3.333, leaf_cnn "
+                                   "3.333 clients would be rounded to cnn 3, mlp 3, leaf_cnn 4"),
 }
 
 
@@ -40,3 +51,57 @@ def test_bad_input_fails_cleanly(case, tmp_path):
     if case == "unknown search space":
         assert "smoke" in lines[0] and "fedkp_bandwidth" in lines[0]  # lists what is available
     assert os.listdir(tmp_path) == [], f"{case} wrote {os.listdir(tmp_path)}"
+
+
+def _sets(flags: list[str]) -> list[str]:
+    return [f for f in flags if f != "--set"]
+
+
+def test_the_mnfl_base_of_the_bad_cases_is_valid_and_whole_blocks_are_accepted():
+    """The MNFL cases above fail on the field they name, not on their base; contiguous blocks that divide the
+    clients, or explicit shares that multiply out to whole counts, load; random assignment rounds as documented."""
+    from platform.run import resolve_config
+
+    config, _ = resolve_config("smoke", _sets(MNFL))
+    assert config.algorithm.name == "mnfl" and config.clients.num_clients == 10
+    for sets in (["model.architectures=[cnn,mlp]", "model.assignment=blocks"],
+                 ["model.architectures=[{name: cnn, share: 3}, {name: mlp, share: 3}, {name: leaf_cnn, share: 4}]",
+                  "model.assignment=blocks"],
+                 ["model.architectures=[{name: cnn, share: 0.3}, {name: mlp, share: 0.7}]", "model.assignment=blocks"],
+                 ["model.architectures=[cnn,mlp,leaf_cnn]"]):  # random: 3/3/4 by largest remainder, permuted
+        config, _ = resolve_config("smoke", _sets(MNFL) + sets)
+        assert config.model.architectures is not None
+    from platform.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:  # explicit shares that do not multiply out: refused too
+        resolve_config("smoke", _sets(MNFL) + ["model.architectures=[{name: cnn, share: 1}, {name: mlp, share: 2}]",
+                                               "model.assignment=blocks"])
+    assert info.value.field == "model.architectures" and "cnn 3.333, mlp 6.667" in str(info.value)
+    assert "rounded to cnn 3, mlp 7" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_public_pool_of_another_shape_than_the_private_inputs_is_refused(monkeypatch):
+    """Every public source conforms its pool to the private inputs today (dataset: resized and re-channelled;
+    train_split: the same data; image: crops of the private side), so this guard is for a source that does not."""
+    import numpy as np
+
+    import platform.data.public as public
+    from platform.config import DatasetConfig
+    from platform.data import load_dataset
+    from platform.errors import ConfigError
+
+    cfg = public.PublicDataConfig(source="dataset", dataset="mnist")
+    public.check_public_shape((1, 8, 8), (1, 8, 8), cfg)
+    with pytest.raises(ConfigError) as info:
+        public.check_public_shape((1, 28, 28), (1, 8, 8), cfg)
+    assert info.value.field == "public.source"
+    assert str(info.value) == ("public.source: the public inputs (dataset mnist) have shape (1, 28, 28) per sample "
+                               "but the private inputs have (1, 8, 8); the same models consume both")
+
+    train, _ = load_dataset(DatasetConfig(name="digits"))
+    split = public.take_public(train, public.PublicDataConfig(source="train_split"), 0, DatasetConfig())
+    assert split.x.shape[1:] == train.input_shape == (1, 8, 8)  # the real conformer: the private shape
+    # take_public checks what a source produced: one that conforms wrongly is caught there
+    monkeypatch.setattr(public, "_split_public", lambda train, cfg, *args: (train, np.zeros((4, 3, 8, 8), np.float32)))
+    with pytest.raises(ConfigError, match=r"^public.source: the public inputs \(train_split\) have shape \(3, 8, 8\)"):
+        public.take_public(train, public.PublicDataConfig(source="train_split"), 0, DatasetConfig())
