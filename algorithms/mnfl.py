@@ -14,7 +14,9 @@ default ``private_first: false`` it is the document's sequence shifted by half a
 - ``broadcast`` (round t): Q_n for every sampled client n from the current c and the predictions received in
   round t−1 (teachers = the clients that sent predictions last round). Round 1 has no predictions: no targets,
   clients only train. The first targets use c_0 = uniform (§10 #11) unless ``before_distill`` stepped c already.
-- ``client_update``: load the personalised model (``state["weights"]``, else ``initial_weights``), (D) distil R
+- ``client_update``: load the personalised model (``state["weights"]``, else ``initial_weights``) and its local
+  optimiser's state (``state["optimizer"]``: momentum buffers or Adam moments carry over between the client's
+  rounds; empty for the paper's plain SGD, so nothing changes there), (D) distil R
   passes over the target's public subset towards Q_n (Eq. 6; plain SGD at ``distill_lr``, BatchNorm as
   ``bn_mode``), then (A) E local epochs of private cross-entropy (Eq. 5, the runtime's local-training settings),
   then (B) upload the tempered soft predictions ``softmax(f(x̂)/T)`` (eval mode) on this round's public subset
@@ -347,12 +349,18 @@ class MNFL(Algorithm):
         self._load(client)
         model = client.model
         tensors, metrics = {}, {}
+        optimizer_state = client.state.setdefault("optimizer", {})  # the client's own local optimiser state
+
+        def train() -> None:
+            metrics["train_loss"] = train_local(model, client.x, client.y, client.training, client.generator,
+                                                optimizer_state=optimizer_state)
+
         if self.hp.private_first:
-            metrics["train_loss"] = train_local(model, client.x, client.y, client.training, client.generator)
+            train()
             self._distill(payload, client, tensors, metrics)
         else:
             self._distill(payload, client, tensors, metrics)
-            metrics["train_loss"] = train_local(model, client.x, client.y, client.training, client.generator)
+            train()
         client.state["weights"] = get_flat_weights(model)
         tensors["public_probs"] = self._predict(model, self._public(client, payload.get("public_indices")))
         return ClientUpdate(weight=float(client.num_samples), tensors=tensors, metrics=metrics,

@@ -32,16 +32,21 @@ def train_local(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: LocalTr
                 extra_loss: Optional[Callable[[nn.Module], torch.Tensor]] = None,
                 loss_fn: Callable = F.cross_entropy,
                 on_step: Optional[Callable[[nn.Module], None]] = None,
-                on_epoch_end: Optional[Callable[[nn.Module], None]] = None) -> float:
+                on_epoch_end: Optional[Callable[[nn.Module], None]] = None,
+                optimizer_state: Optional[dict] = None) -> float:
     """Train ``model`` in place for ``cfg.epochs`` epochs; return the mean training loss over all batches.
 
-    A fresh optimiser is made on every call (the reference code resets momentum every round).
+    A fresh optimiser is made on every call (the reference code resets momentum every round). A persistent
+    client passes its ``optimizer_state`` dict: a non-empty one is loaded first (momentum buffers, Adam moments),
+    and the dict is replaced in place by the optimiser's state after training.
     ``extra_loss(model)`` is added to each batch's loss, e.g. FedProx's proximal term.
     ``on_step(model)`` runs after every optimiser step and ``on_epoch_end(model)`` after every epoch, e.g. to
     collect FedPA's iterate-averaged posterior samples; neither may change the model.
     """
     model.train()
     optimizer = cfg.make_optimizer(model.parameters())
+    if optimizer_state:
+        optimizer.load_state_dict(optimizer_state)
     n = len(y)
     total, batches = 0.0, 0
     for _ in range(cfg.epochs):
@@ -60,4 +65,7 @@ def train_local(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: LocalTr
                 on_step(model)
         if on_epoch_end is not None:
             on_epoch_end(model)
+    if optimizer_state is not None:
+        optimizer_state.clear()
+        optimizer_state.update(optimizer.state_dict())
     return total / max(batches, 1)

@@ -6,7 +6,7 @@ import torch
 
 from algorithms import ALGORITHMS, ClientContext, ServerContext
 from algorithms.base import aggregate_round
-from algorithms.common import LocalTraining, get_flat_weights
+from algorithms.common import LocalTraining, get_flat_weights, set_flat_weights
 from algorithms.mnfl import C_UPDATE_ORDERS, MNFL, MNFLHyperparams
 from platform.errors import ConfigError
 from platform.models import build_model
@@ -185,3 +185,26 @@ def test_unstable_coefficient_step_is_refused_at_load_time():
     with pytest.raises(ConfigError, match="algorithm.coefficient_lr"):
         build(MNFLHyperparams, {"coefficient_lr": 2.0, "rho": 0.7}, "algorithm")
     assert build(MNFLHyperparams, {"rho": 0.0, "distill_lr": None, "public_size": None}, "algorithm").rho == 0.0
+
+
+def test_a_client_keeps_its_own_local_optimiser_state_across_rounds():
+    """With momentum, the local optimiser's buffers are the client's state: carried into its next round."""
+    from algorithms.common import train_local
+
+    model = build_model("mlp", DIGITS, 10)
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.rand(16, *DIGITS, generator=g), torch.randint(0, 10, (16,), generator=g)
+    cfg = LocalTraining(1, 8, "sgd", 0.05, 0.9)
+    state: dict = {}
+    train_local(model, x, y, cfg, torch.Generator().manual_seed(0), optimizer_state=state)
+    buffers = [v["momentum_buffer"].clone() for v in state["state"].values()]
+    assert buffers and all(b.abs().sum() > 0 for b in buffers)
+    start = get_flat_weights(model)
+    train_local(model, x, y, cfg, torch.Generator().manual_seed(1), optimizer_state=state)
+    with_state = get_flat_weights(model)
+    set_flat_weights(model, start)
+    train_local(model, x, y, cfg, torch.Generator().manual_seed(1))  # a fresh optimiser: other weights
+    assert not torch.equal(with_state, get_flat_weights(model))
+    # and MNFL stores it per client (empty buffers for the paper's plain SGD)
+    _, _, states, _ = _run(HP, rounds=2)
+    assert all("optimizer" in s and "param_groups" in s["optimizer"] for s in states.values())
