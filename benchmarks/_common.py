@@ -242,3 +242,30 @@ def learning_table(results: dict) -> str:
              " ".join(f"{v:.3f}" for v in r["final_val"])] for label, r in results.items()]
     return table(["arm", "final val (mean ± std)", "best val", "final test", "test at best val",
                   "final val per seed"], rows)
+
+
+def run_arms(configs: dict, seeds: Sequence[int], rounds: int, cache=None, shared_for=None) -> dict:
+    """label -> :func:`learning_summary` of each config run on every seed, on a fresh local Ray (2 CPUs), with a
+    progress line per arm on stderr. ``shared_for(config)``: the SharedData of a config (default: built here)."""
+    import numpy as np
+    import ray
+
+    ray.init(num_cpus=2, log_to_driver=False, include_dashboard=False)
+    results = {}
+    try:
+        for label, config in configs.items():
+            shared = shared_for(config) if shared_for is not None else None
+            results[label] = learning_summary(run_federated(config, seeds, rounds, shared=shared, cache=cache))
+            print(f"... {label}: final val {np.mean(results[label]['final_val']):.4f}", file=sys.stderr, flush=True)
+    finally:
+        ray.shutdown()
+    return results
+
+
+def order_holds(results: dict, labels: Sequence[str]) -> str:
+    """'A >= B >= C on mean final validation accuracy: holds' (or 'does NOT hold') for the arms ``labels``."""
+    import numpy as np
+
+    means = [np.mean(results[k]["final_val"]) for k in labels]
+    holds = all(a >= b for a, b in zip(means, means[1:]))
+    return f"{' >= '.join(labels)} on mean final validation accuracy: {'holds' if holds else 'does NOT hold'}"

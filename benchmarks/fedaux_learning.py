@@ -19,9 +19,7 @@ import argparse
 import json
 import sys
 
-import numpy as np
-
-from benchmarks._common import learning_summary, machine_line, run_federated, table
+from benchmarks._common import learning_table, machine_line, order_holds, run_arms
 
 
 def _configs(rounds: int, distill_lr: float, epsilon: float) -> dict:
@@ -51,31 +49,23 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
 
-    import ray
-
     from platform.cache import open_cache
     from platform.pretrain import prepare_pretrained
     from platform.runtime.federation import replicate_over_seeds, share_dataset
 
-    ray.init(num_cpus=2, log_to_driver=False, include_dashboard=False)
     cache = open_cache(args.cache_dir)
-    results = {}
-    for label, config in _configs(args.rounds, args.distill_lr, args.epsilon).items():
-        shared = prepare_pretrained(share_dataset(config, cache=cache), replicate_over_seeds(config, seeds), cache)
-        summary = learning_summary(run_federated(config, seeds, args.rounds, shared=shared, cache=cache))
-        results[label] = {k: summary[k] for k in ("final_val", "best_val", "final_test")}
-        print(f"... {label}: final val {np.mean(results[label]['final_val']):.4f}", file=sys.stderr, flush=True)
-    ray.shutdown()
+
+    def shared_for(config):
+        return prepare_pretrained(share_dataset(config, cache=cache), replicate_over_seeds(config, seeds), cache)
+
+    results = run_arms(_configs(args.rounds, args.distill_lr, args.epsilon), seeds, args.rounds, cache=cache,
+                       shared_for=shared_for)
     if args.json:
         print(json.dumps(results, indent=1))
         return 0
     print(machine_line())
-    rows = [[label, f"{np.mean(r['final_val']):.4f}", f"{np.mean(r['best_val']):.4f}", f"{np.mean(r['final_test']):.4f}",
-             " ".join(f"{v:.3f}" for v in r["final_val"])] for label, r in results.items()]
-    print(table(["method", "final val (mean)", "best val (mean)", "final test (mean)", "final val per seed"], rows))
-    order = [np.mean(results[k]["final_val"]) for k in ("FedAUX", "FedDF+P", "FedDF")]
-    holds = order[0] >= order[1] >= order[2]
-    print(f"FedAUX >= FedDF+P >= FedDF on mean final validation accuracy: {'holds' if holds else 'does NOT hold'}")
+    print(learning_table(results))
+    print(order_holds(results, ["FedAUX", "FedDF+P", "FedDF"]))
     return 0
 
 

@@ -21,9 +21,8 @@ import argparse
 import json
 import sys
 
-import numpy as np
 
-from benchmarks._common import learning_summary, learning_table, machine_line, run_federated
+from benchmarks._common import learning_table, machine_line, order_holds, run_arms
 
 ARMS = {
     "MNFL": {"name": "mnfl"},
@@ -61,16 +60,7 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"--arms: unknown {', '.join(unknown)}; allowed: {', '.join(ARMS)}")
 
-    import ray
-
-    ray.init(num_cpus=2, log_to_driver=False, include_dashboard=False)
-    results = {}
-    try:
-        for label, config in configs(args.rounds, arms).items():
-            results[label] = learning_summary(run_federated(config, seeds, args.rounds))
-            print(f"... {label}: final val {np.mean(results[label]['final_val']):.4f}", file=sys.stderr, flush=True)
-    finally:
-        ray.shutdown()
+    results = run_arms(configs(args.rounds, arms), seeds, args.rounds)
     if args.json:
         print(json.dumps(results, indent=1))
         return 0
@@ -79,9 +69,7 @@ def main(argv=None) -> int:
           f"over clients of each client's own validation / test split")
     print(learning_table(results))
     if {"MNFL", "FedDF", "FedMD"} <= set(results):
-        order = [np.mean(results[k]["final_val"]) for k in ("MNFL", "FedDF", "FedMD")]
-        holds = order[0] >= order[1] >= order[2]
-        print(f"MNFL >= FedDF >= FedMD on mean final validation accuracy: {'holds' if holds else 'does NOT hold'}")
+        print(order_holds(results, ["MNFL", "FedDF", "FedMD"]))
     return 0
 
 

@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from benchmarks._common import learning_summary, learning_table, machine_line, run_federated
+from benchmarks._common import learning_table, machine_line, run_arms
 
 ARMS = {
     "FedAvg only": {"distill_steps": 0, "fedavg_init_every": 1},
@@ -54,19 +54,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
 
-    import ray
-
     from platform.cache import open_cache
 
-    ray.init(num_cpus=2, log_to_driver=False, include_dashboard=False)
-    cache = open_cache(args.cache_dir)
-    results = {}
-    try:
-        for label, config in configs(args.rounds, args.alpha).items():
-            results[label] = learning_summary(run_federated(config, seeds, args.rounds, cache=cache))
-            print(f"... {label}: final val {np.mean(results[label]['final_val']):.4f}", file=sys.stderr, flush=True)
-    finally:
-        ray.shutdown()
+    results = run_arms(configs(args.rounds, args.alpha), seeds, args.rounds, cache=open_cache(args.cache_dir))
     if args.json:
         print(json.dumps(results, indent=1))
         return 0

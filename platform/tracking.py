@@ -185,26 +185,10 @@ def log_patch_samples(tracker: "Tracker", run_id: str, shared) -> Optional[str]:
 
 
 def array_heatmap(array, path: str, title: str) -> str:
-    """Write a 2-D array as a heat-map PNG (rows down, columns across, a colour bar) at ``path``; return the path.
-    Agg canvas, no pyplot (no display, no global backend change)."""
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    """Write a 2-D array as a heat-map PNG (rows down, columns across, a colour bar) at ``path``; return the path."""
+    from platform.data.summary import heatmap_png
 
-    array = np.asarray(array, dtype=float)
-    rows, columns = array.shape
-    fig = Figure(figsize=(min(16.0, 2.5 + 0.3 * columns), min(16.0, 2.0 + 0.3 * rows)), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
-    image = ax.imshow(array, aspect="auto", interpolation="nearest", cmap="viridis")
-    ax.set_xlabel("column")
-    ax.set_ylabel("row")
-    ax.set_title(title)
-    fig.colorbar(image, ax=ax)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, format="png")
-    return path
+    return heatmap_png(array, path, title)
 
 
 def array_csv(array, path: str) -> str:

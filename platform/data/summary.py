@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 
+from typing import Optional
+
 import numpy as np
 
 from platform.data.partition import class_counts
@@ -37,23 +39,34 @@ def partition_summary(labels: np.ndarray, parts: list[np.ndarray], num_classes: 
 
 
 def partition_heatmap(counts: np.ndarray, path: str, title: str = "samples per client and class") -> str:
-    """Write the client × class count matrix as a heat-map PNG at ``path`` and return the path.
+    """Write the client × class count matrix as a heat-map PNG at ``path`` and return the path."""
+    counts = np.asarray(counts)
+    clients, classes = counts.shape
+    return heatmap_png(counts, path, title, xlabel="class", ylabel="client", colorbar_label="samples",
+                       figsize=(min(16.0, 2.0 + 0.25 * classes), min(16.0, 1.5 + 0.12 * clients)))
+
+
+def heatmap_png(array, path: str, title: str, *, xlabel: str = "column", ylabel: str = "row",
+                colorbar_label: str = "", figsize: Optional[tuple[float, float]] = None) -> str:
+    """Write a 2-D array as a heat-map PNG (rows down, columns across, a colour bar) at ``path``; return the path.
 
     Uses the Agg canvas directly (no pyplot), so no display is needed and no global backend is changed.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    counts = np.asarray(counts)
-    clients, classes = counts.shape
-    fig = Figure(figsize=(min(16.0, 2.0 + 0.25 * classes), min(16.0, 1.5 + 0.12 * clients)), dpi=100)
+    array = np.asarray(array, dtype=float)
+    rows, columns = array.shape
+    if figsize is None:
+        figsize = (min(16.0, 2.5 + 0.3 * columns), min(16.0, 2.0 + 0.3 * rows))
+    fig = Figure(figsize=figsize, dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    image = ax.imshow(counts, aspect="auto", interpolation="nearest", cmap="viridis")
-    ax.set_xlabel("class")
-    ax.set_ylabel("client")
+    image = ax.imshow(array, aspect="auto", interpolation="nearest", cmap="viridis")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
-    fig.colorbar(image, ax=ax, label="samples")
+    fig.colorbar(image, ax=ax, label=colorbar_label)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, format="png")
