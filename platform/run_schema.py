@@ -49,3 +49,21 @@ ARTIFACT_PARETO_PNG = "pareto_front.png"  # the first two objectives of every fi
 ARTIFACT_ARRAYS = "arrays"
 RESULT_ARRAYS = "_arrays"
 MAX_ARRAY_ELEMENTS = 1_000_000  # larger arrays are skipped, with one warning per name
+
+# Scenario grids (a search space's ``scenarios:`` block): one study per cell of the cross product, all under the one
+# parent run. On each trial's child run: the cell (label "key=value, ..."), its 1-based number (as printed,
+# "cell 2/4") and the seed of the cell's own Optuna sampler. On the parent run: each scenario dimension's values as a
+# param, per-cell metrics cell_<nn>/<metric>, and the table of each cell's best trial (or Pareto front).
+TAG_SCENARIO = "fedsweep.scenario"  # "partition.alpha=0.1" (keys in the order of the scenarios block)
+TAG_SCENARIO_CELL = "fedsweep.scenario_cell"  # "1", "2", ... in the order of the cross product
+TAG_SAMPLER_SEED = "fedsweep.sampler_seed"  # the cell's Optuna sampler seed (from search.sampler_seed and the cell)
+PARAM_SCENARIO = "scenario."  # on the parent run: scenario.<key> = the list of values
+METRIC_CELL_PREFIX = "cell_"  # on the parent run: cell_01/best_val_accuracy, cell_01/best_trial_test_accuracy, ...
+ARTIFACT_SCENARIOS_CSV = "scenarios/best_per_cell.csv"  # one row per cell: cell, scenario, each scenario key,
+#   sampler_seed, trials_finished, trials_failed, best_trial, best_run_id, round, the selection metric (and _std),
+#   test_accuracy / test_loss (and _std), best.<parameter> for each parameter. Multi-objective: pareto_size and
+#   best_<objective> per objective instead of one best trial.
+ARTIFACT_SCENARIOS_JSON = "scenarios/best_per_cell.json"  # the same rows as a JSON list (values, params as objects;
+#   multi-objective rows also hold each cell's front), plus a rerun command per cell
+ARTIFACT_SCENARIO_FRONTS_CSV = "scenarios/pareto_fronts.csv"  # multi-objective: every cell's front, one row per
+#   (cell, front trial)

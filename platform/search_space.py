@@ -25,11 +25,21 @@ Multi-objective search: ``search.metric`` may list several distinct metrics, e.g
 null entries take each metric's declared direction). Optuna's TPE and random samplers then sample for all
 objectives at once, the grid searcher runs its grid, and the sweep reports the Pareto front of the finished
 trials instead of one best trial. ASHA needs a single metric.
+
+Scenario grids: a top-level ``scenarios:`` block maps dotted config keys to lists of values, e.g.
+``{partition.alpha: [10, 1, 0.1, 0.01]}``. Each cell of the cross product of those lists (the first key varies
+slowest) is swept as a study of its own: the base config with the cell's values, its own Optuna sampler (seeded by
+:func:`cell_sampler_seed` from ``search.sampler_seed`` and the cell index), its own ``search.num_samples`` trials (the
+grid searcher: its own full grid), its own ASHA state and its own best trial (or Pareto front), all under the sweep's
+one parent run. Scenario keys never enter the sampler, may not also be parameters, and every cell's configurations
+are validated as a space without scenarios is. ``--set KEY=VALUE`` on a scenario key pins that dimension to the one
+value.
 """
 from __future__ import annotations
 
 import dataclasses
 import glob
+import itertools
 import math
 import os
 from dataclasses import dataclass, field
@@ -180,6 +190,7 @@ class SearchSpace:
     base: dict  # raw base config (validated); trial configs are base + sampled parameters
     parameters: dict[str, Distribution]
     search: SearchConfig
+    scenarios: dict = field(default_factory=dict)  # dotted config key -> tuple of values (``scenarios:``)
 
     @property
     def seeds(self) -> list[int]:
@@ -187,6 +198,53 @@ class SearchSpace:
 
     def trial_config(self, params: dict):
         return build_experiment(apply_overrides(self.base, params))
+
+    def cells(self) -> list[dict]:
+        """The scenario cells: every combination of the ``scenarios`` values, ``{key: value}``, in the order of the
+        cross product (the first key varies slowest, each list in file order); ``[{}]`` without scenarios."""
+        keys = list(self.scenarios)
+        return [dict(zip(keys, values)) for values in itertools.product(*(self.scenarios[k] for k in keys))]
+
+    def cell_space(self, index: int) -> "SearchSpace":
+        """Cell ``index`` (0-based, in :meth:`cells` order) as a search space of its own: the base config with the
+        cell's values, no scenarios, and the cell's own sampler seed (:func:`cell_sampler_seed`).
+
+        A parameter whose ``when`` names a scenario key is kept (without that condition) in the cells where it holds
+        and dropped elsewhere, with the parameters conditional on it. A cell left with no parameter runs its base
+        config once (searcher grid, one sample)."""
+        cell = self.cells()[index]
+        parameters: dict[str, Distribution] = {}
+        for key, dist in self.parameters.items():  # in dependency order: conditions before what they condition
+            fixed = {k: w for k, w in dist.when.items() if k in cell}
+            rest = {k: w for k, w in dist.when.items() if k not in cell}
+            if not Distribution(dist.kind, dist.args, fixed).applies(cell) or any(k not in parameters for k in rest):
+                continue
+            parameters[key] = dataclasses.replace(dist, when=rest)
+        search = dataclasses.replace(self.search, sampler_seed=cell_sampler_seed(self.search.sampler_seed, index))
+        if not parameters:
+            search = dataclasses.replace(search, searcher="grid", num_samples=1)
+        return dataclasses.replace(self, base=apply_overrides(self.base, cell), parameters=parameters, search=search,
+                                   scenarios={})
+
+
+def cell_label(cell: dict) -> str:
+    """``"partition.alpha=0.1, dataset.name=digits"``: how a scenario cell is printed and tagged."""
+    return ", ".join(f"{k}={_scalar(v)}" for k, v in cell.items())
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return "true" if value is True else "false" if value is False else "null"
+    return str(value)
+
+
+def cell_sampler_seed(sampler_seed: int, index: int) -> int:
+    """The Optuna sampler seed of scenario cell ``index`` (0-based): numpy's SeedSequence of (``sampler_seed``,
+    ``index``), so no two cells of a sweep (and no cell and another sweep's cell with an adjacent seed) draw the
+    same stream."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([int(sampler_seed), int(index)]).generate_state(1)[0])
 
 
 def search_space_dirs() -> list[str]:
@@ -216,7 +274,7 @@ def find_search_space(name: str) -> str:
     raise UserError(f"unknown search space {name!r}; available: {', '.join(available_search_spaces()) or 'none'}")
 
 
-SECTIONS = ("description", "base", "parameters", "search", "resources")
+SECTIONS = ("description", "base", "parameters", "search", "resources", "scenarios")
 
 
 def load_search_space(name: str, overrides: dict[str, Any] | None = None,
@@ -239,7 +297,9 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
     params_raw = raw.get("parameters") or {}
     if not isinstance(params_raw, dict):
         raise ConfigError("parameters", "must map dotted config keys to distributions")
-    parameters = _dependency_order({key: parse_distribution(key, d) for key, d in params_raw.items()})
+    parameters = {key: parse_distribution(key, d) for key, d in params_raw.items()}
+    scenarios = parse_scenarios(raw.get("scenarios"), parameters, overrides or {})
+    parameters = _dependency_order(parameters, scenarios)
     search_raw = dict(raw.get("search") or {})
     if num_samples is not None:
         search_raw["num_samples"] = num_samples
@@ -253,18 +313,91 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
         if bad:
             raise ConfigError(f"parameters.{bad[0]}", "the grid searcher needs choice or grid values; "
                                                       "use searcher: tpe or random for ranges")
-    if search.scheduler.kind == "asha" and search.scheduler.grace_period > base_config.rounds:
-        raise ConfigError("search.scheduler.grace_period", f"must be <= base.rounds ({base_config.rounds}), "
-                                                           f"got {search.scheduler.grace_period}")
     space = SearchSpace(os.path.splitext(os.path.basename(path))[0], os.path.abspath(path),
-                        str(raw.get("description") or ""), base, parameters, search)
-    configs = _validate_parameter_values(space)
+                        str(raw.get("description") or ""), base, parameters, search, scenarios)
+    if scenarios:
+        configs = _validate_cells(space)
+    else:
+        if search.scheduler.kind == "asha" and search.scheduler.grace_period > base_config.rounds:
+            raise ConfigError("search.scheduler.grace_period", f"must be <= base.rounds ({base_config.rounds}), "
+                                                               f"got {search.scheduler.grace_period}")
+        configs = _validate_parameter_values(space)
     modes = _selection_modes(search, configs)
     if search.multi_objective:  # lists, whatever sequence the file gave
         search = dataclasses.replace(search, metric=search.metrics, mode=modes)
     else:
         search = dataclasses.replace(search, mode=modes[0])
     return dataclasses.replace(space, search=search)
+
+
+def parse_scenarios(raw: Any, parameters: dict, overrides: dict) -> dict[str, tuple]:
+    """The ``scenarios:`` block: dotted config key -> a non-empty list of distinct values (their shape only; the
+    values are validated cell by cell in :func:`_validate_cells`). A ``--set`` of a scenario key pins it to that
+    value."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError("scenarios", f"must map dotted config keys to non-empty lists of values, e.g. "
+                                       f"{{partition.alpha: [10, 1, 0.1]}}, got {raw!r}")
+    scenarios: dict[str, tuple] = {}
+    for key, values in raw.items():
+        where = f"scenarios.{key}"
+        if not isinstance(key, str) or not key or any(not part for part in key.split(".")):
+            raise ConfigError(where, "must be a dotted config key, e.g. partition.alpha")
+        if key in parameters:
+            raise ConfigError(where, f"is also a parameter (parameters.{key}); a key is either swept by the sampler "
+                                     f"or a scenario dimension, not both")
+        if key == "seed":
+            raise ConfigError(where, "seeds are replicates inside each trial: list them in search.seeds, not as "
+                                     "scenarios")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(where, f"must be a non-empty list of values, got {values!r}")
+        if any(values[j] == v and isinstance(values[j], bool) == isinstance(v, bool)
+               for i, v in enumerate(values) for j in range(i)):  # 10 and 10.0 are one cell; true and 1 are not
+            raise ConfigError(where, f"lists a value twice: {values!r}")
+        scenarios[key] = tuple(values)
+    for key, value in overrides.items():  # --set on a scenario key: that dimension is the one value
+        if key in scenarios:
+            scenarios[key] = (value,)
+    for key in scenarios:
+        clash = [k for k in scenarios if k != key and k.startswith(key + ".")]
+        clash += [k for k in parameters if k.startswith(key + ".") or key.startswith(k + ".")]
+        if clash:
+            raise ConfigError(f"scenarios.{key}", f"overlaps {clash[0]}; scenario keys must not contain one "
+                                                  f"another or a parameter")
+    return scenarios
+
+
+def _message(err: ConfigError) -> str:
+    text = str(err)
+    return text[len(err.field) + 2:] if err.field and text.startswith(f"{err.field}: ") else text
+
+
+def _validate_cells(space: SearchSpace) -> list:
+    """Every scenario cell's configurations pass validation as a space without scenarios does (the base with the
+    cell's values, every parameter value, the ASHA rules); returns every configuration tried, over all cells."""
+    configs = []
+    grace = space.search.scheduler.grace_period
+    for index, cell in enumerate(space.cells()):
+        label = cell_label(cell)
+        try:
+            cell_space = space.cell_space(index)
+            cell_base = cell_space.trial_config({})
+        except ConfigError as err:
+            keys = [k for k in cell if err.field == k or err.field.startswith(k + ".") or k.startswith(err.field + ".")]
+            key = keys[0] if keys else (next(iter(cell)) if len(cell) == 1 else None)
+            if key is not None:
+                raise ConfigError(f"scenarios.{key}", f"value {cell[key]!r} is invalid"
+                                                      f"{'' if len(cell) == 1 else f' in cell {label}'}: {err}") from None
+            raise ConfigError("scenarios", f"cell {label} is invalid: {err}") from None
+        if space.search.scheduler.kind == "asha" and grace > cell_base.rounds:
+            raise ConfigError("search.scheduler.grace_period", f"must be <= rounds ({cell_base.rounds} in scenario "
+                                                               f"cell {label}), got {grace}")
+        try:
+            configs += _validate_parameter_values(cell_space)
+        except ConfigError as err:
+            raise ConfigError(err.field, f"in scenario cell {label}: {_message(err)}") from None
+    return configs
 
 
 def _selection_modes(search: SearchConfig, configs: list) -> list[str]:
@@ -301,16 +434,20 @@ def _selection_mode(name: str, mode: Optional[str], configs: list, where: str = 
     return metric.mode
 
 
-def _dependency_order(parameters: dict[str, Distribution]) -> dict[str, Distribution]:
-    """Order parameters so each comes after those its ``when`` refers to (file order otherwise kept)."""
+def _dependency_order(parameters: dict[str, Distribution], scenarios: dict | None = None) -> dict[str, Distribution]:
+    """Order parameters so each comes after those its ``when`` refers to (file order otherwise kept). ``when`` may
+    also name a scenario key (fixed in each cell, see :meth:`SearchSpace.cell_space`)."""
+    scenarios = scenarios or {}
     for key, dist in parameters.items():
         for cond in dist.when:
-            if cond not in parameters:
-                raise ConfigError(f"parameters.{key}.when", f"refers to {cond!r}, which is not a parameter; "
+            if cond not in parameters and cond not in scenarios:
+                raise ConfigError(f"parameters.{key}.when", f"refers to {cond!r}, which is not a parameter"
+                                                            f"{' or a scenario key' if scenarios else ''}; "
                                                             f"parameters: {', '.join(parameters)}")
     ordered: dict[str, Distribution] = {}
     while len(ordered) < len(parameters):
-        ready = [k for k, d in parameters.items() if k not in ordered and all(c in ordered for c in d.when)]
+        ready = [k for k, d in parameters.items()
+                 if k not in ordered and all(c in ordered or c in scenarios for c in d.when)]
         if not ready:
             cycle = [k for k in parameters if k not in ordered]
             raise ConfigError(f"parameters.{cycle[0]}.when", f"conditions form a cycle among {', '.join(cycle)}")

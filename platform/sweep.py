@@ -3,6 +3,11 @@
 Every trial runs a base experiment config with sampled parameters on each of the sweep's seeds. Results
 go to MLflow (a parent run for this invocation, a child run per trial) and to Tune's storage, so an
 interrupted sweep can continue with ``--resume``. Works the same under ``ray job submit``.
+
+A space with a ``scenarios:`` block runs one study per cell of its cross product, one cell after another in the
+same Ray connection and under the same parent run (see ``_run_cells``): each cell has its own Tune experiment,
+searcher, scheduler and best trial (or Pareto front), and the summary is one line per cell plus the table
+``scenarios/best_per_cell.csv`` / ``.json`` on the parent run.
 """
 from __future__ import annotations
 
@@ -18,11 +23,13 @@ from typing import Optional
 from platform.cli import connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
 from platform.config import parse_override
 from platform.errors import UserError
-from platform.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTIFACT_PARETO_PNG, METRIC_BEST,
-                                 METRIC_BEST_TRIAL, METRIC_PARETO_SIZE, PARAM_BASE, PARAM_SEARCH, PARAM_SPACE,
-                                 STATUS_COMPLETED, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING, TAG_BEST_PREFIX,
-                                 TAG_COMMAND, TAG_DESCRIPTION, TAG_GIT_COMMIT, TAG_SEARCH_SPACE, TAG_STATUS)
-from platform.search_space import available_search_spaces, grid_points, load_search_space
+from platform.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTIFACT_PARETO_PNG,
+                                 ARTIFACT_SCENARIO_FRONTS_CSV, ARTIFACT_SCENARIOS_CSV, ARTIFACT_SCENARIOS_JSON,
+                                 METRIC_BEST, METRIC_BEST_TRIAL, METRIC_CELL_PREFIX, METRIC_PARETO_SIZE, PARAM_BASE,
+                                 PARAM_SCENARIO, PARAM_SEARCH, PARAM_SPACE, STATUS_COMPLETED, STATUS_FAILED,
+                                 STATUS_INTERRUPTED, STATUS_RUNNING, TAG_BEST_PREFIX, TAG_COMMAND, TAG_DESCRIPTION,
+                                 TAG_GIT_COMMIT, TAG_SEARCH_SPACE, TAG_STATUS)
+from platform.search_space import available_search_spaces, cell_label, grid_points, load_search_space
 
 STATE_FILE = "fedsweep_sweep.json"  # in the Tune experiment directory: links it to its MLflow parent run
 
@@ -145,6 +152,8 @@ def main(argv=None) -> int:
     resume_dir = _latest_experiment(storage, space.name) if args.resume else None
     if args.resume and resume_dir is None:
         raise UserError(f"--resume: no earlier run of sweep {space.name!r} under {storage}")
+    if resume_dir:
+        _check_resumable(resume_dir, space)
     tracking_uri = resolve_tracking_uri(args.tracking_uri)
     quiet_libraries()
     leave_ray_job_working_dir(results_home())
@@ -183,14 +192,20 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         mode = connect_ray(args.address)
         objectives = ", ".join(f"{m} ({d})" for m, d in space.search.objectives)
         selecting = f"Pareto front of {objectives}" if space.search.multi_objective else f"selecting on {objectives}"
-        print(f"sweep {space.name}: {_expected_trials(space)} trial(s) x {len(space.seeds)} seed(s), "
-              f"{base_config.rounds} rounds, searcher {space.search.searcher}, {selecting}, Ray {mode}", flush=True)
+        rounds = "rounds per cell" if "rounds" in space.scenarios else f"{base_config.rounds} rounds"
+        cells = (f"{len(space.cells())} scenario cell(s) of {', '.join(space.scenarios)} (one study each), "
+                 if space.scenarios else "")
+        print(f"sweep {space.name}: {cells}{_expected_trials(space)} trial(s) x {len(space.seeds)} seed(s), "
+              f"{rounds}, searcher {space.search.searcher}, {selecting}, Ray {mode}", flush=True)
         for metric in space.search.metrics:
             if metric.startswith("test_"):
                 print(f"warning: search.metric {metric} selects on the test set; select on a validation "
                       f"metric (val_accuracy) and report test", file=sys.stderr, flush=True)
         expected_trials = _expected_trials(space)
         cache = open_cache(args.cache_dir, not args.no_cache)
+        if space.scenarios:
+            status = _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resume_dir, cache)
+            return {"FINISHED": 0, "KILLED": 130}.get(status, 1)
         shared = share_dataset(base_config, cache=cache)  # into the object store once, for every trial
         log_patch_samples(tracker, parent_run_id, shared)  # public.source image: public/patches.png
         # Pre-training (pretrain.method) of every (architecture, seed) the trials can need: here, on the driver,
@@ -241,6 +256,7 @@ def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
               TAG_DESCRIPTION: space.description})
     tracker.log_params(parent_run_id, {
         **{f"{PARAM_BASE}{k}": v for k, v in base_config.flat().items()},
+        **{f"{PARAM_SCENARIO}{k}": list(values) for k, values in space.scenarios.items()},
         **{f"{PARAM_SPACE}{k}": f"{d.kind}{list(d.args)}" + (f" when {d.when}" if d.when else "")
            for k, d in space.parameters.items()},
         **{f"{PARAM_SEARCH}{k}": v for k, v in vars(space.search).items() if k != "scheduler"},
@@ -249,6 +265,9 @@ def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
 
 
 def _expected_trials(space) -> int:
+    """Trials the sweep runs: ``num_samples`` (grid: times the grid); with scenarios, summed over the cells."""
+    if space.scenarios:
+        return sum(_expected_trials(space.cell_space(i)) for i in range(len(space.cells())))
     return space.search.num_samples * (len(grid_points(space)) if space.search.searcher == "grid" else 1)
 
 
@@ -277,6 +296,13 @@ def _new_tuner(trainable, space, base_config, storage, callback, parent_run_id, 
     os.makedirs(os.path.join(storage, name), exist_ok=True)
     with open(os.path.join(storage, name, STATE_FILE), "w") as fh:
         json.dump({"parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "search_space": space.path}, fh)
+    return _tuner(trainable, space, base_config, storage, name, callback)
+
+
+def _tuner(trainable, space, base_config, storage, name, callback):
+    """A new Tuner for ``space`` (a sweep without scenarios, or one scenario cell) in ``storage``/``name``."""
+    from ray import tune
+
     search = space.search
     param_space = {"params": tune.grid_search(grid_points(space))} if search.searcher == "grid" else None
     # Multi-objective: the searcher holds the metric and mode lists; Tune's own metric/mode take one metric only
@@ -460,6 +486,297 @@ def _report_pareto(grid, space, tracker, parent_run_id, callback) -> str:
           f"{parent_run_id}")
     print(f"tune storage: {grid.experiment_path}")
     return "FINISHED"
+
+
+# ---- scenario grids: one study per cell of the space's ``scenarios:`` cross product, under the one parent run ----
+#
+# Layout in Tune's storage: <storage>/<space>-<time>/ holds STATE_FILE (the parent run, the cells' labels and the
+# summary row of every cell that finished) and one Tune experiment per cell, cell-001/, cell-002/, ... The cells run
+# one after another, each with its own searcher (sampler seeded from search.sampler_seed and the cell index),
+# scheduler and callback. --resume skips the cells that finished, restores the one that was interrupted (or that
+# finished with failed trials: those run again) and starts the rest.
+
+
+def _cell_dir_name(index: int) -> str:
+    return f"cell-{index + 1:03d}"
+
+
+def _read_state(directory: str) -> dict:
+    with open(os.path.join(directory, STATE_FILE)) as fh:
+        return json.load(fh)
+
+
+def _write_state(directory: str, state: dict) -> None:
+    path = os.path.join(directory, STATE_FILE)
+    with open(path + ".tmp", "w") as fh:
+        json.dump(_json_value(state), fh, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def _check_resumable(resume_dir: str, space) -> None:
+    """--resume needs the interrupted run to have the same scenario cells as the space has now (one line if not)."""
+    recorded = _read_state(resume_dir).get("scenarios")
+    current = [cell_label(c) for c in space.cells()] if space.scenarios else None
+    if recorded != current:
+        def describe(cells):
+            return f"scenario cells {'; '.join(cells)}" if cells else "no scenarios"
+        raise UserError(f"--resume: the latest run of sweep {space.name!r} ({resume_dir}) has {describe(recorded)}, "
+                        f"the space now has {describe(current)}; start a new sweep (without --resume)")
+
+
+def _same_data(shared, config) -> bool:
+    """Whether ``shared`` holds ``config``'s dataset, public pool and validation split (pre-training aside:
+    :func:`platform.pretrain.prepare_pretrained` adds what a cell needs)."""
+    return (shared.dataset == config.dataset and shared.public == config.public
+            and shared.val_fraction == config.server.val_fraction)
+
+
+def _adopt_callback(tuner, callback):
+    """A restored Tuner runs the callbacks pickled with the experiment; put ``callback`` (this process's, with this
+    run's shared data) in its place so that Tune restores the saved trial-to-run map into it and the sweep can read
+    it. Falls back to whatever the Tuner holds when Tune's internals differ."""
+    from platform.tracking import MlflowSweepCallback
+
+    try:
+        run_config = tuner._local_tuner.get_run_config()
+        callbacks = list(run_config.callbacks or [])
+    except AttributeError:
+        return callback
+    for i, restored in enumerate(callbacks):
+        if isinstance(restored, MlflowSweepCallback):
+            callbacks[i] = callback
+            run_config.callbacks = callbacks
+            return callback
+    return callback
+
+
+def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resume_dir, cache) -> str:
+    """Run every scenario cell's study in turn (skipping, on --resume, the cells that finished), then report one
+    best trial (or Pareto front) per cell. Returns the parent run's status."""
+    from ray import tune
+
+    from platform.pretrain import prepare_pretrained, sweep_pretrain_configs
+    from platform.runtime.federation import share_dataset
+    from platform.tracking import MlflowSweepCallback, log_patch_samples
+
+    cells = space.cells()
+    if resume_dir:
+        sweep_dir = resume_dir
+        state = _read_state(sweep_dir)
+    else:
+        sweep_dir = os.path.join(storage, f"{space.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.makedirs(sweep_dir, exist_ok=True)
+        state = {"parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "search_space": space.path,
+                 "scenarios": [cell_label(c) for c in cells], "cells_done": {}}
+        _write_state(sweep_dir, state)
+    done = state.setdefault("cells_done", {})
+    log = (lambda *a, **k: None) if args.quiet else print
+    rows: list[dict] = []
+    shared = None
+    patches_logged = False
+    for index, cell in enumerate(cells):
+        number, label = index + 1, cell_label(cell)
+        if str(number) in done:
+            rows.append(done[str(number)])
+            log(f"\ncell {number}/{len(cells)}: {label}: finished in the interrupted run, skipped", flush=True)
+            continue
+        cell_space = space.cell_space(index)
+        config = cell_space.trial_config({})
+        cell_space = _pin_public_image(cell_space, config)
+        expected = _expected_trials(cell_space)
+        if shared is None or not _same_data(shared, config):
+            shared = None  # let the previous cell's data go before loading the next
+            shared = share_dataset(config, cache=cache)
+            patches_logged = patches_logged or bool(log_patch_samples(tracker, parent_run_id, shared))
+        shared = prepare_pretrained(shared, sweep_pretrain_configs(cell_space), cache, log=log)
+        info = {"number": number, "cells": len(cells), "label": label,
+                "sampler_seed": cell_space.search.sampler_seed}
+        callback = MlflowSweepCallback(tracker, parent_run_id, cell_space, config.rounds, expected, quiet=args.quiet,
+                                       shared=shared, cell=info)
+        trainable = _trainable(cell_space, config, shared, args)
+        cell_dir = os.path.join(sweep_dir, _cell_dir_name(index))
+        restoring = tune.Tuner.can_restore(cell_dir)
+        log(f"\ncell {number}/{len(cells)}: {label}: {expected} trial(s), searcher {cell_space.search.searcher}, "
+            f"sampler seed {cell_space.search.sampler_seed}{', resumed' if restoring else ''}", flush=True)
+        try:
+            if restoring:
+                tuner = tune.Tuner.restore(cell_dir, trainable, resume_unfinished=True, resume_errored=True)
+                callback = _adopt_callback(tuner, callback)
+            else:
+                tuner = _tuner(trainable, cell_space, config, sweep_dir, _cell_dir_name(index), callback)
+            grid = tuner.fit()
+        except KeyboardInterrupt:
+            callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
+            raise
+        if _interrupted(grid, expected):
+            callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
+            print(f"\ninterrupted in scenario cell {number}/{len(cells)} ({label}); continue with: python -m "
+                  f"platform.sweep {space.name} --resume", file=sys.stderr)
+            return "KILLED"
+        row = _cell_row(grid, cell_space, cell, info, callback)
+        rows.append(row)
+        if row["trials_failed"] == 0 and row["trials_finished"] > 0:  # else --resume runs its failed trials again
+            done[str(number)] = row
+            _write_state(sweep_dir, state)
+    return _report_cells(rows, space, tracker, parent_run_id, sweep_dir)
+
+
+_REPORTED = ("test_accuracy", "test_loss")  # the test figures reported beside the selection metric
+
+
+def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
+    """One cell's summary: its values, trial counts and best trial (single objective: selection metric, test
+    figures, parameters) or Pareto front (multi-objective)."""
+    from platform.pareto import objective_value, pareto_front
+
+    search = cell_space.search
+    failed = sum(1 for r in grid if r.error is not None)
+    row = {"cell": info["number"], "scenario": info["label"], "values": dict(cell),
+           "sampler_seed": info["sampler_seed"], "trials_failed": failed}
+    rerun = " ".join(f"--set {k}={v}" for k, v in cell.items())
+    if search.multi_objective:
+        complete = [r for r in _front_rows(grid, cell_space, callback)
+                    if all(objective_value(r, m) is not None for m, _ in search.objectives)]
+        front = pareto_front(complete, search.objectives) if complete else []
+        row.update({"trials_finished": len(complete), "pareto_size": len(front), "front": front,
+                    **{f"{METRIC_BEST}{m}": (max if d == "max" else min)(objective_value(r, m) for r in complete)
+                       for m, d in search.objectives if complete},
+                    "rerun": f"python -m platform.run {cell_space.name} {rerun}"})
+        return row
+    metric, mode = search.metric, search.mode
+    finished = [r for r in grid if r.error is None and r.metrics and metric in r.metrics]
+    row["trials_finished"] = len(finished)
+    if not finished:
+        return row
+    best = (max if mode == "max" else min)(finished, key=lambda r: r.metrics[metric])
+    trial_id = best.metrics.get("trial_id")
+    number = callback.numbers.get(trial_id)
+    params = dict((best.config or {}).get("params", best.config or {}))
+    row.update({"best_trial": f"trial-{number:03d}" if number else str(trial_id),
+                "best_run_id": callback.runs.get(trial_id), "round": best.metrics.get("round")})
+    for key in (metric, *(k for k in _REPORTED if k != metric)):
+        for name in (key, f"{key}_std"):
+            if best.metrics.get(name) is not None:
+                row[name] = best.metrics[name]
+    row["params"] = params
+    row["rerun"] = f"python -m platform.run {cell_space.name} {rerun} " + " ".join(
+        f"--set {k}={v}" for k, v in params.items())
+    return row
+
+
+def _cells_csv(rows: list[dict], space) -> str:
+    import csv
+    import io
+
+    keys = list(space.scenarios)
+    head = ["cell", "scenario", *keys, "sampler_seed", "trials_finished", "trials_failed"]
+    if space.search.multi_objective:
+        values = ["pareto_size", *(f"{METRIC_BEST}{m}" for m in space.search.metrics)]
+        params = []
+    else:
+        metric = space.search.metric
+        values = ["best_trial", "best_run_id", "round"]
+        for key in (metric, *(k for k in _REPORTED if k != metric)):
+            values += [key, f"{key}_std"]
+        params = list(dict.fromkeys(k for row in rows for k in row.get("params", {})))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([*head, *values, *(f"{TAG_BEST_PREFIX}{k}" for k in params)])
+    for row in rows:
+        cell = [row["cell"], row["scenario"], *(row["values"].get(k, "") for k in keys), row["sampler_seed"],
+                row["trials_finished"], row["trials_failed"]]
+        writer.writerow([*cell, *(_csv_value(row.get(k)) for k in values),
+                         *(_csv_value(row.get("params", {}).get(k)) for k in params)])
+    return out.getvalue()
+
+
+def _csv_value(value):
+    return "" if value is None else value
+
+
+def _fronts_csv(rows: list[dict], space) -> str:
+    """Multi-objective: every cell's front, one line per (cell, front trial)."""
+    import csv
+    import io
+
+    points = [{**point, "cell": row["cell"], "scenario": row["scenario"]} for row in rows for point in
+              row.get("front") or []]
+    values = [k for m in space.search.metrics for k in (m, f"{m}_std")]
+    params = list(dict.fromkeys(k for p in points for k in p.get("params", {})))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["cell", "scenario", "trial", "run_id", "round", *values, *params])
+    for p in points:
+        writer.writerow([p["cell"], p["scenario"], p["trial"], p.get("run_id") or "", p.get("round"),
+                         *(_csv_value(p.get(k)) for k in values), *(_csv_value(p["params"].get(k)) for k in params)])
+    return out.getvalue()
+
+
+def _report_cells(rows: list[dict], space, tracker, parent_run_id, sweep_dir) -> str:
+    """Print one line per cell (its best configuration, selection metric and test figures; multi-objective: its
+    front), log per-cell metrics and the table ``scenarios/best_per_cell.csv`` / ``.json`` on the parent run."""
+    search = space.search
+    finished = sum(r["trials_finished"] for r in rows)
+    failed = sum(r["trials_failed"] for r in rows)
+    metrics = {"trials_completed": finished, "trials_failed": failed, "scenario_cells": len(rows)}
+    for row in rows:
+        prefix = f"{METRIC_CELL_PREFIX}{row['cell']:02d}/"
+        metrics[f"{prefix}trials_completed"] = row["trials_finished"]
+        if search.multi_objective:
+            metrics[f"{prefix}{METRIC_PARETO_SIZE}"] = row.get("pareto_size", 0)
+            metrics.update({f"{prefix}{METRIC_BEST}{m}": row.get(f"{METRIC_BEST}{m}") for m in search.metrics})
+        else:
+            metrics[f"{prefix}{METRIC_BEST}{search.metric}"] = row.get(search.metric)
+            metrics.update({f"{prefix}{METRIC_BEST_TRIAL}{k}": row.get(k) for k in _REPORTED if k != search.metric})
+    tracker.log_metrics(parent_run_id, {k: v for k, v in metrics.items()
+                                        if v is not None and not (isinstance(v, float) and math.isnan(v))})
+    tracker.log_text(parent_run_id, json.dumps(_json_value(rows), indent=2), ARTIFACT_SCENARIOS_JSON)
+    tracker.log_text(parent_run_id, _cells_csv(rows, space), ARTIFACT_SCENARIOS_CSV)
+    if search.multi_objective:
+        tracker.log_text(parent_run_id, _fronts_csv(rows, space), ARTIFACT_SCENARIO_FRONTS_CSV)
+    objectives = ", ".join(f"{m} ({d})" for m, d in search.objectives)
+    what = f"Pareto front of {objectives}" if search.multi_objective else f"best trial on {objectives}"
+    print(f"\n{what} per scenario cell ({len(rows)} cells, {finished} trial(s) finished, {failed} failed):")
+    for row in rows:
+        head = f"  cell {row['cell']}/{len(rows)} {row['scenario']}:"
+        counts = f"{row['trials_finished']} finished, {row['trials_failed']} failed"
+        if search.multi_objective:
+            if not row.get("front"):
+                print(f"{head} no trial finished ({counts})")
+                continue
+            print(f"{head} {row['pareto_size']} non-dominated of {counts}")
+            for point in row["front"]:
+                values = "  ".join(f"{m} {_figure(point[m])}" for m in search.metrics)
+                params = ", ".join(f"{k}={v}" for k, v in point["params"].items()) or "(the cell's base config)"
+                print(f"      {values}  | {params}")
+            continue
+        if search.metric not in row:
+            print(f"{head} no trial finished ({counts})")
+            continue
+        metric = search.metric
+        std = f" ± {_figure(row[metric + '_std'])}" if row.get(metric + "_std") is not None else ""
+        reported = "".join(f", {k} {_figure(row[k])}" + (f" ± {_figure(row[k + '_std'])}"
+                                                         if row.get(k + "_std") is not None else "")
+                           for k in _REPORTED if k != metric and row.get(k) is not None)
+        params = ", ".join(f"{k}={_short(v)}" for k, v in row["params"].items()) or "(the cell's base config)"
+        print(f"{head} {metric} {_figure(row[metric])}{std} at round {row.get('round')}{reported} ({counts}) | {params}")
+    print(f"table: {ARTIFACT_SCENARIOS_CSV} and {ARTIFACT_SCENARIOS_JSON} on the parent run {parent_run_id}")
+    print(f"tune storage: {sweep_dir}")
+    missing = [r for r in rows if r["trials_finished"] == 0]
+    if missing:
+        print(f"no trial finished in scenario cell(s) {', '.join(str(r['cell']) for r in missing)}; see the child runs "
+              f"in MLflow", file=sys.stderr)
+        return "FAILED"
+    return "FINISHED"
+
+
+def _short(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _figure(value) -> str:
+    """A reported figure to 4 decimals (a summary read back from the state file may hold "inf" or "nan")."""
+    return f"{value:.4f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ from ray import tune
 from platform.run_schema import (ARTIFACT_ARRAYS, MAX_ARRAY_ELEMENTS, METRIC_BEST, METRIC_FINAL,
                                  METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, RESULT_ARRAYS, STATUS_COMPLETED,
                                  STATUS_EARLY_STOPPED, STATUS_FAILED, STATUS_RUNNING, TAG_PARENT_RUN, TAG_SAMPLED,
-                                 TAG_SEARCH_SPACE, TAG_STATUS, TAG_TRIAL_ID)
+                                 TAG_SAMPLER_SEED, TAG_SCENARIO, TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS,
+                                 TAG_TRIAL_ID)
 
 DEFAULT_STORE_FILE = "mlflow.db"
 
@@ -256,8 +257,11 @@ class MlflowSweepCallback(tune.Callback):
     """Writes every trial to MLflow from the driver, and prints one concise line per event."""
 
     def __init__(self, tracker: Tracker, parent_run_id: str, space, total_rounds: int, num_samples: int,
-                 quiet: bool = False, shared=None):
+                 quiet: bool = False, shared=None, cell: Optional[dict] = None):
         self.tracker = tracker
+        # A scenario cell's study (``space`` is then the cell's space): {"number": 1-based, "cells": how many,
+        # "label": "key=value, ...", "sampler_seed": int}; its child runs are tagged with it.
+        self.cell = cell
         self.shared = shared  # the sweep's SharedData: labels for the partition summary
         self.parent_run_id = parent_run_id
         self.space = space
@@ -292,6 +296,9 @@ class MlflowSweepCallback(tune.Callback):
             print(text, flush=True)
 
     def _label(self, trial) -> str:
+        if getattr(self, "cell", None):  # getattr: a callback pickled before cells existed (--resume)
+            return (f"[cell {self.cell['number']}/{self.cell['cells']}, trial "
+                    f"{self.numbers.get(trial.trial_id, '?')}/{self.num_samples}]")
         return f"[trial {self.numbers.get(trial.trial_id, '?')}/{self.num_samples}]"
 
     @staticmethod
@@ -308,11 +315,14 @@ class MlflowSweepCallback(tune.Callback):
         self.numbers[trial.trial_id] = len(self.numbers) + 1
         params = self.trial_params(trial)
         resolved = self.space.trial_config(params)
-        run_id = self.tracker.start_run(
-            name=f"trial-{self.numbers[trial.trial_id]:03d}",
-            tags={TAG_STATUS: STATUS_RUNNING, TAG_TRIAL_ID: trial.trial_id, TAG_SEARCH_SPACE: self.space.name,
-                  TAG_SAMPLED: ", ".join(f"{k}={_short(v)}" for k, v in params.items())},
-            parent_run_id=self.parent_run_id)
+        tags = {TAG_STATUS: STATUS_RUNNING, TAG_TRIAL_ID: trial.trial_id, TAG_SEARCH_SPACE: self.space.name,
+                TAG_SAMPLED: ", ".join(f"{k}={_short(v)}" for k, v in params.items())}
+        name = f"trial-{self.numbers[trial.trial_id]:03d}"
+        if getattr(self, "cell", None):
+            tags.update({TAG_SCENARIO: self.cell["label"], TAG_SCENARIO_CELL: str(self.cell["number"]),
+                         TAG_SAMPLER_SEED: str(self.cell["sampler_seed"])})
+            name = f"cell-{self.cell['number']:02d}-{name}"
+        run_id = self.tracker.start_run(name=name, tags=tags, parent_run_id=self.parent_run_id)
         flat = resolved.flat()
         flat[PARAM_SEEDS] = self.space.seeds
         self.tracker.log_params(run_id, flat)
