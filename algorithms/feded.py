@@ -40,9 +40,10 @@ Deviations from the digest and choices (every documented alternative is a switch
   path and the ensemble accuracy use only the argmax, which a positive per-sample scale does not change. So
   all three paths equal the code's; the raw l^(−β) would overflow float32 for l < ~1e-6.5. Losses are clamped
   at the smallest positive float64, so l = 0 cannot produce NaN. β = 0 gives the plain mean.
-- **w1** follows eq. 3.2 exactly (weights per class sum to 1 where some client holds the class, 0 otherwise);
-  the code's denominator Σ_k' N_k'^c + 0.001 is ``w1_epsilon: 0.001``. The w1 teacher is not renormalised
-  across classes (as the thesis and code); ``renormalize_teacher: true`` divides every teacher row by its sum.
+- **w1** uses the code's denominator Σ_k' N_k'^c + ε with ε = ``w1_epsilon`` = 0.001 by default (the
+  reference value; a class no client holds gets weight 0); ``w1_epsilon: 0`` is eq. 3.2 exactly (the weights of
+  a held class sum to 1 over clients). The w1 teacher is not renormalised across classes (as the thesis and
+  code); ``renormalize_teacher: true`` divides every teacher row by its sum.
 - **Student budget** is a step count: ``student_steps``; null = the thesis's MNIST/EMNIST epochs E_S (30 for
   w0/w1/mean, 100 for w2; ``student_epochs`` overrides E_S, e.g. 10/50 for CIFAR-10) times
   ⌈0.8·|D_0| / B_S⌉ steps per epoch. Batches are slices of a seeded permutation (``ServerContext.training_generator``, the training seed),
@@ -98,6 +99,8 @@ SCHEMES = ("w0", "w1", "w2", "mean")
 THESIS_STUDENT_LR = {"w0": 1e-3, "w1": 1e-3, "w2": 1e-5, "mean": 1e-3}
 #: The thesis's student epochs E_S on MNIST/EMNIST (spec/feded.md §6; CIFAR-10: 10 and 50).
 THESIS_STUDENT_EPOCHS = {"w0": 30, "w1": 30, "w2": 100, "mean": 30}
+#: ε in the w1 denominator Σ_k N_k^c + ε in the reference code (spec/feded.md §2.5 [code]); 0 = eq. 3.2.
+REFERENCE_W1_EPSILON = 1e-3
 AUTOENCODER_CHOICES = ("auto", *AUTOENCODERS)
 PREDICT_BATCH = 1024  # B_public: batch for predictions and AE scores; no effect on results (§3)
 MAX_AE_INPUT_SCALE = 16
@@ -116,11 +119,12 @@ def data_size_weights(num_samples: torch.Tensor) -> torch.Tensor:
     return (n / total).view(-1, 1, 1)
 
 
-def class_weights(label_counts: torch.Tensor, epsilon: float = 0.0) -> torch.Tensor:
+def class_weights(label_counts: torch.Tensor, epsilon: float = REFERENCE_W1_EPSILON) -> torch.Tensor:
     """w1 (eq. 3.2): ω_k^c = N_k^c / (Σ_k' N_k'^c + ε), shape [K, 1, C].
 
-    With ε = 0 (the thesis formula) the weights of a class sum to 1 over clients where some client holds it;
-    a class that no client holds gets ω = 0 for every client, so its teacher entry is 0. The code used ε = 0.001.
+    ε defaults to the reference code's 0.001. With ε = 0 (the thesis formula) the weights of a class sum to 1
+    over clients where some client holds it. A class that no client holds gets ω = 0 for every client either
+    way, so its teacher entry is 0.
     """
     counts = torch.as_tensor(label_counts, dtype=torch.float64)
     denom = counts.sum(dim=0, keepdim=True) + epsilon
@@ -148,7 +152,7 @@ def mean_weights(num_clients: int) -> torch.Tensor:
 
 def ensemble_weights(scheme: str, *, num_samples: Optional[torch.Tensor] = None,
                      label_counts: Optional[torch.Tensor] = None, ae_losses: Optional[torch.Tensor] = None,
-                     beta: float = 6.0, w1_epsilon: float = 0.0) -> torch.Tensor:
+                     beta: float = 6.0, w1_epsilon: float = REFERENCE_W1_EPSILON) -> torch.Tensor:
     """The weights of ``scheme`` (w0 | w1 | w2 | mean), broadcastable against probabilities [K, n, C]."""
     if scheme == "w0":
         return data_size_weights(_required(num_samples, "num_samples", scheme))
@@ -195,8 +199,8 @@ class FedEDHyperparams:
                        choices=SCHEMES)
     beta: float = spec(6.0, doc="β, sharpness of the w2 weights l^(−β) (§2.5, eq. 3.4); the thesis chose 6 from "
                                 "the integers 1–7. 0 = plain mean, → ∞ = the client with the lowest loss.", ge=0)
-    w1_epsilon: float = spec(0.0, doc="ε in the w1 denominator Σ_k N_k^c + ε (§2.5): 0 = eq. 3.2; the code "
-                                      "used 0.001.", ge=0)
+    w1_epsilon: float = spec(REFERENCE_W1_EPSILON, doc="ε in the w1 denominator Σ_k N_k^c + ε (§2.5): 0.001 "
+                                                       "as the reference code; 0 = eq. 3.2 exactly.", ge=0)
     renormalize_teacher: bool = spec(False, doc="Divide each teacher row z_T by Σ_c z_T^c (§2.5, §9 item 4). "
                                                 "Only changes w1, whose teacher the thesis leaves unnormalised; "
                                                 "w0/w2/mean rows already sum to 1.")

@@ -181,6 +181,18 @@ class SeedsConfig:
     sampling: Optional[int] = spec(None, doc="Client sampling per round.", ge=0)
     training: Optional[int] = spec(None, doc="Local training: batch order, augmentation.", ge=0)
     noise: Optional[int] = spec(None, doc="Noise a method adds (DP, Langevin dynamics).", ge=0)
+    partition_from_seed: bool = spec(False, doc="The partition seed is the top-level seed itself, not a seed "
+                                                "derived from it: a sweep's replicate seed s partitions with "
+                                                "seed s, as reference code that seeds everything with the run "
+                                                "seed does (FedED: np.random.seed(s), spec/feded.md §4.3), so "
+                                                "the Dirichlet draws match it. Excludes an explicit "
+                                                "seeds.partition (one partition for every replicate).")
+
+    def validate(self, path: str) -> None:
+        if self.partition_from_seed and self.partition is not None:
+            where = f"{path}.partition_from_seed" if path else "partition_from_seed"
+            raise ConfigError(where, f"the partition seed is either the top-level seed (partition_from_seed: true) "
+                                     f"or fixed (partition: {self.partition}), not both; leave partition null")
 
 
 SEED_STREAMS = ("partition", "init", "sampling", "training", "noise")
@@ -232,10 +244,13 @@ class ExperimentConfig:
     tracking: TrackingConfig = spec(factory=TrackingConfig)
 
     def stream_seed(self, stream: str) -> int:
-        """The seed of one random stream: explicit in ``seeds``, else derived from ``seed`` and the stream."""
+        """The seed of one random stream: explicit in ``seeds``, else ``seed`` itself for the partition with
+        ``seeds.partition_from_seed``, else derived from ``seed`` and the stream."""
         explicit = getattr(self.seeds, stream)
         if explicit is not None:
             return explicit
+        if stream == "partition" and self.seeds.partition_from_seed:
+            return self.seed
         return int(np.random.SeedSequence([self.seed, SEED_STREAMS.index(stream)]).generate_state(1)[0])
 
     def to_dict(self) -> dict:

@@ -498,7 +498,9 @@ def one_round_stage(config):
 
 
 def replicate_over_seeds(config, seeds) -> list:
-    """One config per seed (the sweep's ``seeds`` list); each stream seed then derives from it."""
+    """One config per seed (the sweep's ``seeds`` list); each stream seed then derives from it, except an explicit
+    ``seeds.<stream>`` (the same in every replicate) and, with ``seeds.partition_from_seed``, the partition seed,
+    which is the replicate's seed itself (:meth:`platform.config.ExperimentConfig.stream_seed`)."""
     return [dataclasses.replace(config, seed=int(s)) for s in seeds]
 
 

@@ -20,7 +20,8 @@ _DATA_SECTIONS = ("dataset.", "partition.", "public.", "model.", "pretrain.")
 def memo_fields(config, client_id: Optional[int]) -> dict[str, Any]:
     """The config values a context's data depend on (the upstream part of every memo key)."""
     fields = {k: v for k, v in config.flat().items() if k.startswith(_DATA_SECTIONS)}
-    fields.update({"seed": config.seed, "seeds.partition": config.seeds.partition, "seeds.init": config.seeds.init,
+    fields.update({"seed": config.seed, "seeds.partition": config.stream_seed("partition"),
+                   "seeds.init": config.seeds.init,
                    "server.val_fraction": config.server.val_fraction,
                    "context": "server" if client_id is None else f"client {int(client_id)}"})
     return fields

@@ -9,8 +9,9 @@ def test_feded_beta_trials_share_one_client_stage(ray_local, tracking_uri, tmp_p
     from platform.sweep import main
 
     space = yaml.safe_load(open(f"{REPO_ROOT}/search_spaces/feded_beta.yaml"))
-    del space["parameters"]["partition.alpha"]  # one upstream config (the base alpha) for both trials
-    space["search"].update({"num_samples": 2, "seeds": [0]})
+    space["scenarios"]["partition.alpha"] = [0.01]  # one upstream config (one alpha) for both trials
+    space["parameters"]["algorithm.beta"] = {"grid": [1, 6]}  # two trials
+    space["search"]["seeds"] = [1]
     space["base"]["clients"]["local_epochs"] = 2  # small, to keep CI fast
     space["base"]["algorithm"].update({"ae_epochs": 2, "student_steps": 50})
     path = tmp_path / "feded_small.yaml"

@@ -102,6 +102,40 @@ def test_seed_streams_are_separate_and_derived():
     assert explicit.stream_seed("partition") == 7 and explicit.stream_seed("init") == seeds["init"]
 
 
+def test_partition_seed_from_the_replicate_seed():
+    """seeds.partition_from_seed: replicate seed s partitions with seed s exactly; without it nothing changes."""
+    import numpy as np
+
+    from platform.config import SEED_STREAMS
+    from platform.runtime.federation import one_round_stage_fields, replicate_over_seeds
+
+    def derived(seed, stream):  # the derivation every stream had before, pinned
+        return int(np.random.SeedSequence([seed, SEED_STREAMS.index(stream)]).generate_state(1)[0])
+
+    seeds = list(range(1, 11))
+    on = load_experiment({"seed": 0, "seeds": {"partition_from_seed": True}})
+    assert on.stream_seed("partition") == 0
+    for config in replicate_over_seeds(on, seeds):
+        assert config.stream_seed("partition") == config.seed  # exactly the replicate's seed
+        assert all(config.stream_seed(s) == derived(config.seed, s) for s in SEED_STREAMS if s != "partition")
+    assert [c.stream_seed("partition") for c in replicate_over_seeds(on, seeds)] == seeds
+    # without it: every stream derived as before, and an explicit partition seed is the same in every replicate
+    off = load_experiment({"seed": 0})
+    assert off.seeds.partition_from_seed is False
+    for config in replicate_over_seeds(off, seeds):
+        assert all(config.stream_seed(s) == derived(config.seed, s) for s in SEED_STREAMS)
+        assert config.stream_seed("partition") != config.seed
+    fixed = load_experiment({"seeds": {"partition": 7}})
+    assert [c.stream_seed("partition") for c in replicate_over_seeds(fixed, seeds)] == [7] * 10
+    # the cached one-round client stage tells the two apart (same seed, different partition)
+    assert one_round_stage_fields(on) != one_round_stage_fields(off)
+    # typed and validated: a boolean, and not together with a fixed partition seed
+    err, msg = _error({"seeds": {"partition": 7, "partition_from_seed": True}})
+    assert err.field == "seeds.partition_from_seed" and "not both" in msg
+    err, msg = _error({"seeds": {"partition_from_seed": "yes"}})
+    assert err.field == "seeds.partition_from_seed" and "true or false" in msg
+
+
 def test_heterogeneous_architectures_need_a_method_that_declares_them():
     err, msg = _error({"algorithm": {"name": "fedkp"}, "model": {"architectures": ["cnn", "mlp"]}})
     assert err.field == "model.architectures" and "'fedkp'" in msg and "fedavg" in msg and "feded" in msg

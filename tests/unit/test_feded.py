@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from algorithms.base import ServerState, aggregate_round
+from algorithms.base import ClientUpdate, ServerState, aggregate_round
 import torch.nn.functional as F
 
 from algorithms import ALGORITHMS, ClientContext, ServerContext
@@ -64,19 +64,21 @@ def test_w2_beta_zero_is_the_plain_mean_and_large_beta_picks_the_lowest_loss():
 
 def test_w1_is_class_wise_and_a_class_no_client_holds_gets_zero():
     counts = torch.tensor([[5.0, 0.0, 0.0, 3.0], [5.0, 2.0, 0.0, 1.0], [0.0, 6.0, 0.0, 0.0]])
-    w = class_weights(counts).squeeze(1)  # [K, C]
+    w = class_weights(counts, epsilon=0.0).squeeze(1)  # [K, C]; eq. 3.2 exactly
     assert w.shape == (3, 4)
     assert torch.equal(w[:, 2], torch.zeros(3, dtype=w.dtype))  # nobody holds class 2
     held = counts.sum(dim=0) > 0
     assert torch.allclose(w.sum(dim=0)[held], torch.ones(int(held.sum()), dtype=w.dtype))
     assert torch.allclose(w[:, 1], torch.tensor([0.0, 0.25, 0.75], dtype=w.dtype))
-    # the code's ε = 0.001 in the denominator
-    w_code = class_weights(counts, epsilon=0.001).squeeze(1)
+    # the code's ε = 0.001 in the denominator, the default
+    w_code = class_weights(counts).squeeze(1)
+    assert torch.equal(w_code, class_weights(counts, epsilon=0.001).squeeze(1))
     assert float(w_code[0, 0]) == pytest.approx(5 / 10.001)
     assert torch.equal(w_code[:, 2], torch.zeros(3, dtype=w.dtype))
+    assert (w_code.sum(dim=0)[held] < 1).all()
     # the teacher entry of an unheld class is 0; rows are not renormalised
     probs = torch.full((3, 2, 4), 0.25)
-    z = ensemble_teacher(probs, class_weights(counts))
+    z = ensemble_teacher(probs, class_weights(counts, epsilon=0.0))
     assert torch.equal(z[:, 2], torch.zeros(2)) and torch.allclose(z.sum(dim=1), torch.full((2,), 0.75))
 
 
@@ -115,7 +117,7 @@ def test_ensemble_accuracy_matches_a_hand_computed_example():
     # w1 with counts client 0 = (3, 0), client 1 = (1, 2): ω^0 = (0.75, 0.25), ω^1 = (0, 1)
     #   x1: 0.675 + 0.075 = 0.75 vs 0.7 -> 0 (right); x2: 0.475 vs 0.9 -> 1 (right);
     #   x3: 0.15 + 0.1125 = 0.2625 vs 0.55 -> 1 (wrong) => 2/3
-    w1 = ensemble_weights("w1", label_counts=torch.tensor([[3.0, 0.0], [1.0, 2.0]]))
+    w1 = ensemble_weights("w1", label_counts=torch.tensor([[3.0, 0.0], [1.0, 2.0]]), w1_epsilon=0.0)
     assert ensemble_accuracy(probs, w1, labels) == pytest.approx(2 / 3)
 
 
@@ -205,7 +207,7 @@ def test_registered_with_the_right_flags():
 def test_client_stage_fields_ignore_server_knobs_and_follow_the_autoencoder():
     base = FedED().client_stage_fields()
     server_only = dict(scheme="w0", beta=2.0, loss="kl_soft", temperature=4.0, student_lr=1e-4, student_steps=7,
-                       student_batch_size=10, public_size=100, student_train_fraction=0.5, w1_epsilon=0.001,
+                       student_batch_size=10, public_size=100, student_train_fraction=0.5, w1_epsilon=0.0,
                        renormalize_teacher=True)
     for key, value in server_only.items():
         params = {key: value, **({"loss": "kl_soft"} if key == "temperature" else {})}
@@ -232,6 +234,22 @@ def test_hyperparameter_validation():
             build(FedEDHyperparams, params, "algorithm")
         assert info.value.field == field, (params, str(info.value))
     assert build(FedEDHyperparams, {"loss": "kl_soft", "temperature": 4}, "algorithm").temperature == 4.0
+
+
+def test_w1_epsilon_defaults_to_the_reference_value():
+    """ε = 0.001 as the authors' code (spec/feded.md §2.5 [code]) in the hyperparameters and the standalone
+    functions; the server's w1 weights use it, and w1_epsilon: 0 gives eq. 3.2."""
+    counts = torch.tensor([[3.0, 0.0], [1.0, 2.0]])
+    assert FedEDHyperparams().w1_epsilon == 0.001
+    assert build(FedEDHyperparams, {}, "algorithm").w1_epsilon == 0.001
+    assert torch.equal(ensemble_weights("w1", label_counts=counts), class_weights(counts, epsilon=0.001))
+    updates = [ClientUpdate(weight=3.0, tensors={"label_counts": counts[0]}),
+               ClientUpdate(weight=3.0, tensors={"label_counts": counts[1]})]
+    reference = FedED().scheme_weights("w1", updates, None)
+    assert torch.equal(reference, class_weights(counts, epsilon=0.001))
+    exact = FedED(FedEDHyperparams(w1_epsilon=0.0)).scheme_weights("w1", updates, None)
+    assert torch.equal(exact, class_weights(counts, epsilon=0.0))
+    assert float(exact[:, 0, 0].sum()) == 1.0 and float(reference[:, 0, 0].sum()) < 1.0
 
 
 def test_thesis_student_schedule_and_learning_rates():

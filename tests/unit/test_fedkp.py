@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+import algorithms.fedkp as fedkp_module
 from algorithms.base import aggregate_round
 
 from algorithms import ALGORITHMS, ClientContext, ClientUpdate, ServerContext, reduce_updates
@@ -294,6 +295,26 @@ def _round(algo, sizes, server_lr=1.0, state=None, model=None):
     payload = algo.broadcast(state, list(range(len(sizes))))
     updates = [algo.client_update(payload, _client(n, seed=i, cid=i)) for i, n in enumerate(sizes)]
     return state, ctx, payload, updates
+
+
+def test_fedkp_bandwidth_thesis_arm_runs_the_authors_in_place_mean_shift():
+    """The sweep's FedKP_cm arm is the thesis's: cluster_mode sequential_inplace (issue 16; §12 A4), and --set
+    switches it to Alg. 10 as written. The docs say the in-place behaviour is verified and what a relative tol
+    needs."""
+    from platform.search_space import load_search_space
+
+    space = load_search_space("fedkp_bandwidth")
+    assert "algorithm.cluster_mode" not in space.parameters  # not drawn: the arm is fixed
+    thesis = space.trial_config({"algorithm.name": "fedkp_cm"}).algorithm.params
+    assert thesis.cluster and thesis.cluster_mode == "sequential_inplace"
+    assert not space.trial_config({"algorithm.name": "fedkp"}).algorithm.params.cluster  # one start: no mode
+    written = load_search_space("fedkp_bandwidth", {"algorithm.cluster_mode": "independent"})
+    assert written.trial_config({"algorithm.name": "fedkp_cm"}).algorithm.params.cluster_mode == "independent"
+    assert "sequential_inplace" in space.description and "--set algorithm.cluster_mode=independent" in \
+        space.description
+    docs = ALGORITHMS["fedkp_cm"].hyperparameter_docs()
+    assert "2e-16" in docs["cluster_mode"] and "1e-3" in docs["tol_mode"]
+    assert "unverified" not in fedkp_module.__doc__ and "sequential_inplace" in fedkp_module.__doc__
 
 
 @pytest.mark.parametrize("name", ["fedkp", "fedkp_cm"])

@@ -1,0 +1,103 @@
+"""The feded_beta search space asks one question (issue 16): FedED-w2's β on the thesis's grid, one study per
+Dirichlet α, seeds 1–10 that also seed the partition, selected on val_accuracy; and a tiny copy of it, run with real
+Ray Tune, Optuna and MLflow, reports one best β per α."""
+import csv
+import math
+
+import yaml
+
+from tests.conftest import REPO_ROOT, mlflow_runs
+
+ALPHAS = [10.0, 1.0, 0.1, 0.01]
+BETAS = [1, 2, 3, 4, 5, 6, 7]
+SEEDS = list(range(1, 11))
+
+
+def _raw(name: str) -> dict:
+    with open(f"{REPO_ROOT}/search_spaces/{name}.yaml") as fh:
+        return yaml.safe_load(fh)
+
+
+def test_feded_beta_loads_as_one_question():
+    from platform.runtime.federation import replicate_over_seeds
+    from platform.search_space import grid_points, load_search_space
+
+    space = load_search_space("feded_beta")
+    assert space.scenarios == {"partition.alpha": tuple(ALPHAS)} and len(space.cells()) == 4
+    assert list(space.parameters) == ["algorithm.beta"]  # nothing else is drawn beside β
+    beta = space.parameters["algorithm.beta"]
+    assert beta.kind == "grid" and list(beta.args) == BETAS
+    assert space.search.searcher == "grid" and space.search.num_samples == 1
+    assert space.search.metric == "val_accuracy" and space.search.mode == "max"
+    assert space.seeds == SEEDS
+    for index, alpha in enumerate(ALPHAS):
+        cell = space.cell_space(index)
+        assert [p["algorithm.beta"] for p in grid_points(cell)] == BETAS  # every cell runs the whole grid
+        config = cell.trial_config({"algorithm.beta": 3})
+        hp = config.algorithm.params
+        assert config.partition.alpha == alpha and config.algorithm.name == "feded" and hp.beta == 3.0
+        assert (hp.scheme, hp.loss, hp.student_lr, hp.public_size) == ("w2", "mse_logits", None, None)
+        assert config.server.val_fraction > 0 and config.mode == "one_round"
+        # the partition seed of replicate s is s itself, as the authors' code seeds its Dirichlet split
+        assert config.seeds.partition_from_seed and config.seeds.partition is None
+        assert [c.stream_seed("partition") for c in replicate_over_seeds(config, space.seeds)] == SEEDS
+    for said in ("mse_logits", "val_accuracy", "feded_beta_continuous", "student_steps 2000", "open issue",
+                 "ensemble_w2_accuracy"):
+        assert said in space.description, said
+
+
+def test_the_continuation_differs_only_in_beta():
+    from platform.search_space import load_search_space
+
+    grid, continuous = _raw("feded_beta"), _raw("feded_beta_continuous")
+    assert continuous["base"] == grid["base"] and continuous["scenarios"] == grid["scenarios"]
+    assert continuous["resources"] == grid["resources"]
+    assert {k: v for k, v in continuous["search"].items() if k not in ("searcher", "num_samples")} == \
+        {k: v for k, v in grid["search"].items() if k not in ("searcher", "num_samples")}
+    space = load_search_space("feded_beta_continuous")
+    assert list(space.parameters) == ["algorithm.beta"] and space.search.searcher == "tpe"
+    beta = space.parameters["algorithm.beta"]
+    assert beta.kind == "loguniform" and beta.args == (0.5, 10.0)
+    assert len(space.cells()) == 4 and space.seeds == SEEDS and space.search.metric == "val_accuracy"
+
+
+def test_a_tiny_feded_beta_reports_one_best_beta_per_alpha(ray_local, one_torch_thread, tracking_uri, tmp_path,
+                                                           capsys):
+    from platform.sweep import main
+
+    alphas, betas = [10.0, 0.01], [1, 6]
+    space = _raw("feded_beta")
+    space["scenarios"]["partition.alpha"] = alphas
+    space["parameters"]["algorithm.beta"] = {"grid": betas}
+    space["search"]["seeds"] = [1]
+    space["base"]["clients"].update({"num_clients": 4, "clients_per_round": 4, "local_epochs": 1})
+    space["base"]["algorithm"].update({"ae_epochs": 1, "student_steps": 5})
+    path = tmp_path / "feded_beta_tiny.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    rc = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune"),
+               "--cache-dir", str(tmp_path / "cache")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "2 scenario cell(s) of partition.alpha (one study each), 4 trial(s)" in out
+
+    client, runs = mlflow_runs(tracking_uri, "feded_beta_tiny")
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
+    assert all(r.data.params["seeds.partition_from_seed"] == "True" for r in children)
+    lines = [line for line in out.splitlines() if line.startswith("  cell ")]
+    assert len(lines) == 2 and all(" val_accuracy " in line and "algorithm.beta=" in line for line in lines)
+
+    directory = client.download_artifacts(parent.info.run_id, "scenarios", str(tmp_path / "artifacts"))
+    with open(f"{directory}/best_per_cell.csv") as fh:
+        table = list(csv.DictReader(fh))
+    assert [float(row["partition.alpha"]) for row in table] == alphas  # one row per α cell
+    for alpha, row in zip(alphas, table):
+        cell = [c for c in children if c.data.tags["fedsweep.scenario"] == f"partition.alpha={alpha}"]
+        assert sorted(float(c.data.params["algorithm.beta"]) for c in cell) == betas  # the cell's whole grid
+        assert row["trials_finished"] == "2" and float(row["best.algorithm.beta"]) in betas
+        top = max(c.data.metrics["final_val_accuracy"] for c in cell)
+        assert math.isclose(float(row["val_accuracy"]), top)  # selected on validation
+        winners = {float(c.data.params["algorithm.beta"]) for c in cell
+                   if math.isclose(c.data.metrics["final_val_accuracy"], top)}
+        assert float(row["best.algorithm.beta"]) in winners
