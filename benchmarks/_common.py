@@ -25,7 +25,8 @@ def local_ray(num_cpus: int = 2, object_store_mib: Optional[int] = None):
     import ray
 
     kwargs = {"object_store_memory": object_store_mib * 1024 ** 2} if object_store_mib else {}
-    ray.init(num_cpus=num_cpus, log_to_driver=False, include_dashboard=False, configure_logging=False, **kwargs)
+    ray.init(address="local", num_cpus=num_cpus, log_to_driver=False, include_dashboard=False, configure_logging=False,
+             **kwargs)
     try:
         yield ray
     finally:
@@ -244,18 +245,20 @@ def learning_table(results: dict) -> str:
                   "final val per seed"], rows)
 
 
-def run_arms(configs: dict, seeds: Sequence[int], rounds: int, cache=None, shared_for=None) -> dict:
-    """label -> :func:`learning_summary` of each config run on every seed, on a fresh local Ray (2 CPUs), with a
-    progress line per arm on stderr. ``shared_for(config)``: the SharedData of a config (default: built here)."""
+def run_arms(configs: dict, seeds: Sequence[int], rounds: int, cache=None, shared_for=None,
+             summarise=learning_summary) -> dict:
+    """label -> ``summarise(histories)`` (default :func:`learning_summary`) of each config run on every seed, on a
+    fresh local Ray (2 CPUs), with a progress line per arm on stderr. ``shared_for(config)``: the SharedData of a
+    config (default: built here)."""
     import numpy as np
     import ray
 
-    ray.init(num_cpus=2, log_to_driver=False, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, log_to_driver=False, include_dashboard=False)
     results = {}
     try:
         for label, config in configs.items():
             shared = shared_for(config) if shared_for is not None else None
-            results[label] = learning_summary(run_federated(config, seeds, rounds, shared=shared, cache=cache))
+            results[label] = summarise(run_federated(config, seeds, rounds, shared=shared, cache=cache))
             print(f"... {label}: final val {np.mean(results[label]['final_val']):.4f}", file=sys.stderr, flush=True)
     finally:
         ray.shutdown()

@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     from platform.cache import open_cache
     from platform.runtime.federation import share_dataset
 
-    ray.init(num_cpus=2, log_to_driver=False, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, log_to_driver=False, include_dashboard=False)
     results = {"selection": {}, "pool": []}
     try:
         with tempfile.TemporaryDirectory(prefix="fedsweep-sel-") as root:
