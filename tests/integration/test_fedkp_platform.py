@@ -56,7 +56,21 @@ def test_fedpa_sweep_rejects_asha_before_burn_in(tmp_path):
     from platform.errors import ConfigError
     from platform.search_space import load_search_space
 
+    # The shipped sweep runs every (B, rho) point to the end (no scheduler); with ASHA, every burn-in cell must
+    # keep its trials until B + burnin_margin: B = 37 + 5 = 42 rounds in the largest cell.
+    path = os.path.join(os.path.dirname(__file__), "../../search_spaces/fedpa_shrinkage_burnin.yaml")
+    space = yaml.safe_load(open(path))
+    space["search"]["scheduler"] = {"kind": "asha", "grace_period": 30, "burnin_margin": 5}
+    early = tmp_path / "fedpa_asha_early.yaml"
+    early.write_text(yaml.safe_dump(space, sort_keys=False))
     with pytest.raises(ConfigError, match="burn-in") as info:
-        load_search_space("fedpa_shrinkage_burnin", {"algorithm.burnin_rounds": 18})
-    assert info.value.field == "search.scheduler.grace_period"
-    load_search_space("fedpa_shrinkage_burnin")  # the shipped file satisfies the rule
+        load_search_space(str(early))
+    assert info.value.field == "search.scheduler.grace_period" and "algorithm.burnin_rounds=37" in str(info.value)
+    with pytest.raises(ConfigError, match="burn-in"):  # --set pins the scenario to one burn-in, still checked
+        load_search_space(str(early), {"algorithm.burnin_rounds": 26})
+    load_search_space(str(early), {"algorithm.burnin_rounds": 25})  # 25 + 5 <= 30
+    space["search"]["scheduler"]["grace_period"] = 42
+    late = tmp_path / "fedpa_asha_late.yaml"
+    late.write_text(yaml.safe_dump(space, sort_keys=False))
+    load_search_space(str(late))  # every cell satisfies the rule
+    load_search_space("fedpa_shrinkage_burnin")  # the shipped file loads
