@@ -265,6 +265,30 @@ def run_arms(configs: dict, seeds: Sequence[int], rounds: int, cache=None, share
     return results
 
 
+def chosen_arms(parser, value: str, known) -> list[str]:
+    """The comma-separated ``--arms`` value as a list, or a parser error naming the unknown ones and the allowed."""
+    arms = [a.strip() for a in value.split(",")]
+    unknown = [a for a in arms if a not in known]
+    if unknown:
+        parser.error(f"--arms: unknown {', '.join(unknown)}; allowed: {', '.join(known)}")
+    return arms
+
+
+def print_learning(results: dict, as_json: bool, setting: str, verdicts: Sequence[str] = ()) -> None:
+    """A learning benchmark's output: the per-seed results as JSON, or the machine, the setting, the learning
+    table and the claims' verdict lines."""
+    import json
+
+    if as_json:
+        print(json.dumps(results, indent=1))
+        return
+    print(machine_line())
+    print(setting)
+    print(learning_table(results))
+    for line in verdicts:
+        print(line)
+
+
 def order_holds(results: dict, labels: Sequence[str]) -> str:
     """'A >= B >= C on mean final validation accuracy: holds' (or 'does NOT hold') for the arms ``labels``."""
     import numpy as np

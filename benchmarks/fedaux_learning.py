@@ -16,10 +16,9 @@ and the test accuracy at the final round (selection is never on test), with the 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from benchmarks._common import learning_table, machine_line, order_holds, run_arms
+from benchmarks._common import order_holds, print_learning, run_arms
 
 
 def _configs(rounds: int, distill_lr: float, epsilon: float) -> dict:
@@ -60,12 +59,8 @@ def main(argv=None) -> int:
 
     results = run_arms(_configs(args.rounds, args.distill_lr, args.epsilon), seeds, args.rounds, cache=cache,
                        shared_for=shared_for)
-    if args.json:
-        print(json.dumps(results, indent=1))
-        return 0
-    print(machine_line())
-    print(learning_table(results))
-    print(order_holds(results, ["FedAUX", "FedDF+P", "FedDF"]))
+    print_learning(results, args.json, f"digits32, alpha 0.01, {args.rounds} rounds, seeds {args.seeds}",
+                   [order_holds(results, ["FedAUX", "FedDF+P", "FedDF"])])
     return 0
 
 

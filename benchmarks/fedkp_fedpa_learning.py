@@ -25,12 +25,11 @@ mean final validation accuracy (never on test):
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import numpy as np
 
-from benchmarks._common import learning_summary, learning_table, machine_line, run_arms, table
+from benchmarks._common import chosen_arms, learning_summary, print_learning, run_arms, table
 
 BURNIN = 25
 
@@ -102,26 +101,16 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="print the per-seed results as JSON")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
-    arms = [a.strip() for a in args.arms.split(",")]
-    unknown = [a for a in arms if a not in ARMS]
-    if unknown:
-        parser.error(f"--arms: unknown {', '.join(unknown)}; allowed: {', '.join(ARMS)}")
+    arms = chosen_arms(parser, args.arms, ARMS)
     if args.rounds <= BURNIN:
         parser.error(f"--rounds: must be > {BURNIN} (the FedPA burn-in), got {args.rounds}")
 
     results = run_arms(configs(args.rounds, args.alpha, arms), seeds, args.rounds, summarise=summarise(BURNIN))
-    if args.json:
-        print(json.dumps(results, indent=1))
-        return 0
-    print(machine_line())
-    print(f"digits, LDA alpha {args.alpha:g}, 100 clients, 20 per round, E = 5, {args.rounds} rounds, "
-          f"seeds {args.seeds}")
-    print(learning_table(results))
-    print(table(["arm", f"mean val over rounds {BURNIN + 1}-{args.rounds} (mean ± std over seeds)"],
-                [[label, f"{np.mean(r['post_burnin_val']):.4f} ± {np.std(r['post_burnin_val']):.4f}"]
-                 for label, r in results.items()]))
-    for line in verdicts(results):
-        print(line)
+    post_burnin = table(["arm", f"mean val over rounds {BURNIN + 1}-{args.rounds} (mean ± std over seeds)"],
+                        [[label, f"{np.mean(r['post_burnin_val']):.4f} ± {np.std(r['post_burnin_val']):.4f}"]
+                         for label, r in results.items()])
+    print_learning(results, args.json, f"digits, LDA alpha {args.alpha:g}, 100 clients, 20 per round, E = 5, "
+                   f"{args.rounds} rounds, seeds {args.seeds}", [post_burnin, *verdicts(results)])
     return 0
 
 

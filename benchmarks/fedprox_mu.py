@@ -17,12 +17,11 @@ read as: for every μ ≤ ``--flat-up-to`` (0.1, the thesis's value), the mean f
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import numpy as np
 
-from benchmarks._common import learning_table, machine_line, run_arms
+from benchmarks._common import print_learning, run_arms
 
 DEFAULT_MUS = (0.0, 0.001, 0.01, 0.1, 0.5, 1.0)
 
@@ -75,13 +74,8 @@ def main(argv=None) -> int:
         parser.error("--mus: every μ must be >= 0")
 
     results = run_arms(configs(args.rounds, args.alpha, mus), seeds, args.rounds)
-    if args.json:
-        print(json.dumps(results, indent=1))
-        return 0
-    print(machine_line())
-    print(f"digits, Dirichlet alpha {args.alpha:g}, 10 clients, E = 1, {args.rounds} rounds, seeds {args.seeds}")
-    print(learning_table(results))
-    print(flat_verdict(results, mus, args.flat_up_to, args.tolerance))
+    print_learning(results, args.json, f"digits, Dirichlet alpha {args.alpha:g}, 10 clients, E = 1, {args.rounds} "
+                   f"rounds, seeds {args.seeds}", [flat_verdict(results, mus, args.flat_up_to, args.tolerance)])
     return 0
 
 

@@ -18,11 +18,10 @@ qualitative order MNFL ≥ FedDF ≥ FedMD holds on the mean final validation ac
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 
-from benchmarks._common import learning_table, machine_line, order_holds, run_arms
+from benchmarks._common import chosen_arms, order_holds, print_learning, run_arms
 
 ARMS = {
     "MNFL": {"name": "mnfl"},
@@ -55,21 +54,13 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="print the per-seed results as JSON")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
-    arms = [a.strip() for a in args.arms.split(",")]
-    unknown = [a for a in arms if a not in ARMS]
-    if unknown:
-        parser.error(f"--arms: unknown {', '.join(unknown)}; allowed: {', '.join(ARMS)}")
+    arms = chosen_arms(parser, args.arms, ARMS)
 
     results = run_arms(configs(args.rounds, arms), seeds, args.rounds)
-    if args.json:
-        print(json.dumps(results, indent=1))
-        return 0
-    print(machine_line())
-    print(f"digits, 2 classes per client, 20 clients, {args.rounds} rounds, seeds {args.seeds}; accuracies are means "
-          f"over clients of each client's own validation / test split")
-    print(learning_table(results))
-    if {"MNFL", "FedDF", "FedMD"} <= set(results):
-        print(order_holds(results, ["MNFL", "FedDF", "FedMD"]))
+    verdicts = [order_holds(results, ["MNFL", "FedDF", "FedMD"])] if {"MNFL", "FedDF", "FedMD"} <= set(results) else []
+    print_learning(results, args.json, f"digits, 2 classes per client, 20 clients, {args.rounds} rounds, seeds "
+                   f"{args.seeds}; accuracies are means over clients of each client's own validation / test split",
+                   verdicts)
     return 0
 
 

@@ -18,12 +18,11 @@ whether ``ρ = 100 %`` beats ``FedAvg only`` on the mean final validation accura
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import numpy as np
 
-from benchmarks._common import learning_table, machine_line, run_arms
+from benchmarks._common import print_learning, run_arms
 
 ARMS = {
     "FedAvg only": {"distill_steps": 0, "fedavg_init_every": 1},
@@ -57,15 +56,10 @@ def main(argv=None) -> int:
     from platform.cache import open_cache
 
     results = run_arms(configs(args.rounds, args.alpha), seeds, args.rounds, cache=open_cache(args.cache_dir))
-    if args.json:
-        print(json.dumps(results, indent=1))
-        return 0
-    print(machine_line())
-    print(f"digits32, alpha {args.alpha:g}, {args.rounds} rounds, seeds {args.seeds}")
-    print(learning_table(results))
     gain = np.mean(results["FedAvg + distillation (rho 100%)"]["final_val"]) - np.mean(results["FedAvg only"]["final_val"])
-    print(f"distillation over FedAvg-only rounds (rho 100%, mean final val): {gain:+.4f} -> "
-          f"{'holds' if gain > 0 else 'does NOT hold'}")
+    print_learning(results, args.json, f"digits32, alpha {args.alpha:g}, {args.rounds} rounds, seeds {args.seeds}",
+                   [f"distillation over FedAvg-only rounds (rho 100%, mean final val): {gain:+.4f} -> "
+                    f"{'holds' if gain > 0 else 'does NOT hold'}"])
     return 0
 
 
