@@ -9,8 +9,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import typing
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import yaml
@@ -293,10 +294,81 @@ def build_experiment(data: dict) -> ExperimentConfig:
         raise ConfigError("", f"an experiment config must be a mapping, got {type(data).__name__}")
     data = dict(data)
     algorithm = _build_algorithm(data.pop("algorithm", None))
-    config = build(ExperimentConfig, data)
+    data, filled = apply_method_defaults(data, algorithm.name)
+    try:
+        config = build(ExperimentConfig, data)
+    except ConfigError as err:
+        if err.field in filled:
+            raise ConfigError(err.field, f"{_message(err)} (a default of algorithm {algorithm.name!r}, its "
+                                         f"config_defaults; set {err.field} to override it)") from None
+        raise
     config = dataclasses.replace(config, algorithm=algorithm)
     _check_cross_section(config)
     return config
+
+
+def _message(err: ConfigError) -> str:
+    text = str(err)
+    prefix = f"{err.field}: "
+    return text[len(prefix):] if err.field and text.startswith(prefix) else text
+
+
+def method_defaults(name: str) -> dict[str, dict[str, Any]]:
+    """The config defaults algorithm ``name`` declares (``Algorithm.config_defaults``: section -> {key: value}),
+    checked against the experiment config's fields: a section that is not a config section, or a key that is
+    not a field of its section, is a :class:`ConfigError` naming that field."""
+    from algorithms import resolve_algorithm
+
+    cls = resolve_algorithm(name)
+    declared = getattr(cls, "config_defaults", None) or {}
+    owner = f"{cls.__module__}.{cls.__qualname__}.config_defaults"
+    if not isinstance(declared, Mapping):
+        raise ConfigError("algorithm.name", f"algorithm {name!r}: {owner} must map config sections to "
+                                            f"{{key: value}} mappings, got {declared!r}")
+    hints = typing.get_type_hints(ExperimentConfig)
+    sections = [f.name for f in dataclasses.fields(ExperimentConfig) if dataclasses.is_dataclass(hints[f.name])]
+    out: dict[str, dict[str, Any]] = {}
+    for section, values in declared.items():
+        if section == "algorithm":
+            raise ConfigError("algorithm", f"algorithm {name!r}: {owner} may not name the algorithm section; "
+                                           f"the method's own defaults belong in its Hyperparams")
+        if section not in sections:
+            raise ConfigError(str(section), f"algorithm {name!r}: {owner} names {section!r}, which is not a config "
+                                            f"section; allowed: {', '.join(sections)}")
+        if not isinstance(values, Mapping):
+            raise ConfigError(section, f"algorithm {name!r}: {owner}[{section!r}] must be a {{key: value}} "
+                                       f"mapping, got {values!r}")
+        keys = [f.name for f in dataclasses.fields(hints[section]) if f.init]
+        for key in values:
+            if key not in keys:
+                raise ConfigError(f"{section}.{key}", f"algorithm {name!r}: {owner} names an unknown field; "
+                                                      f"allowed in {section}: {', '.join(keys)}")
+        out[section] = dict(values)
+    return out
+
+
+def apply_method_defaults(data: dict, name: str) -> tuple[dict, set[str]]:
+    """``data`` (an experiment config without its algorithm section) with algorithm ``name``'s
+    :func:`method_defaults` filled in *under* it: only keys ``data`` does not set take the method's value. Returns
+    the new dict and the dotted keys that were filled. A section that is not a mapping is left for validation."""
+    defaults = method_defaults(name)
+    if not defaults:
+        return data, set()
+    data = dict(data)
+    filled: set[str] = set()
+    for section, values in defaults.items():
+        given = data.get(section)
+        if given is None:
+            given = {}
+        if not isinstance(given, dict):
+            continue  # build() reports "must be a mapping" on the user's value
+        merged = dict(given)
+        for key, value in values.items():
+            if key not in merged:
+                merged[key] = copy.deepcopy(value)
+                filled.add(f"{section}.{key}")
+        data[section] = merged
+    return data, filled
 
 
 def _check_cross_section(config: ExperimentConfig) -> None:

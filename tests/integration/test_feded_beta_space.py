@@ -19,6 +19,7 @@ def _raw(name: str) -> dict:
 
 
 def test_feded_beta_loads_as_one_question():
+    from algorithms.feded import FedED, FedEDHyperparams
     from platform.runtime.federation import replicate_over_seeds
     from platform.search_space import grid_points, load_search_space
 
@@ -36,13 +37,19 @@ def test_feded_beta_loads_as_one_question():
         config = cell.trial_config({"algorithm.beta": 3})
         hp = config.algorithm.params
         assert config.partition.alpha == alpha and config.algorithm.name == "feded" and hp.beta == 3.0
-        assert (hp.scheme, hp.loss, hp.student_lr, hp.public_size) == ("w2", "mse_logits", None, None)
+        assert (hp.scheme, hp.loss, hp.public_size) == ("w2", "mse_logits", None)
+        # the student schedule scaled to digits (issue 16): lr 1e-3 for 2000 steps; the algorithm keeps the thesis's
+        assert (hp.student_lr, hp.student_steps) == (1e-3, 2000)
+        assert FedEDHyperparams().student_lr is None and FedED(FedEDHyperparams()).student_lr() == 1e-5
+        # FedED's client defaults are the thesis's; the base sets the digits scaling explicitly and it wins
+        c = config.clients
+        assert (c.local_epochs, c.batch_size, c.optimizer, c.lr, c.momentum) == (20, 16, "sgd", 0.05, 0.9)
         assert config.server.val_fraction > 0 and config.mode == "one_round"
         # the partition seed of replicate s is s itself, as the authors' code seeds its Dirichlet split
         assert config.seeds.partition_from_seed and config.seeds.partition is None
         assert [c.stream_seed("partition") for c in replicate_over_seeds(config, space.seeds)] == SEEDS
-    for said in ("mse_logits", "val_accuracy", "feded_beta_continuous", "student_steps 2000", "open issue",
-                 "ensemble_w2_accuracy"):
+    for said in ("mse_logits", "val_accuracy", "feded_beta_continuous", "student_lr 1e-3", "student_steps 2000",
+                 "student_val_agreement", "within 3 points", "ensemble_w2_accuracy", "benchmarks.feded_learning"):
         assert said in space.description, said
 
 
