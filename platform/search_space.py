@@ -34,6 +34,10 @@ grid searcher: its own full grid), its own ASHA state and its own best trial (or
 one parent run. Scenario keys never enter the sampler, may not also be parameters, and every cell's configurations
 are validated as a space without scenarios is. ``--set KEY=VALUE`` on a scenario key pins that dimension to the one
 value.
+
+``--set KEY=VALUE`` on a swept parameter pins it too: the parameter leaves the sampler and every trial runs the
+value; parameters conditional on it (``when``) stay only where the value satisfies their condition. A space left
+with no parameter runs its base config once (searcher grid, one sample).
 """
 from __future__ import annotations
 
@@ -213,18 +217,31 @@ class SearchSpace:
         and dropped elsewhere, with the parameters conditional on it. A cell left with no parameter runs its base
         config once (searcher grid, one sample)."""
         cell = self.cells()[index]
-        parameters: dict[str, Distribution] = {}
-        for key, dist in self.parameters.items():  # in dependency order: conditions before what they condition
-            fixed = {k: w for k, w in dist.when.items() if k in cell}
-            rest = {k: w for k, w in dist.when.items() if k not in cell}
-            if not Distribution(dist.kind, dist.args, fixed).applies(cell) or any(k not in parameters for k in rest):
-                continue
-            parameters[key] = dataclasses.replace(dist, when=rest)
+        parameters = fix_values(self.parameters, cell)
         search = dataclasses.replace(self.search, sampler_seed=cell_sampler_seed(self.search.sampler_seed, index))
         if not parameters:
             search = dataclasses.replace(search, searcher="grid", num_samples=1)
         return dataclasses.replace(self, base=apply_overrides(self.base, cell), parameters=parameters, search=search,
                                    scenarios={})
+
+
+def fix_values(parameters: dict[str, Distribution], values: dict, scenarios: dict | None = None
+               ) -> dict[str, Distribution]:
+    """``parameters`` (in dependency order) with the keys of ``values`` fixed: those keys leave the sampler; a
+    parameter conditional on one keeps the rest of its condition where the value satisfies it and is dropped
+    elsewhere, with the parameters conditional on it. Conditions on ``scenarios`` keys are left for the cells."""
+    scenarios = scenarios or {}
+    kept: dict[str, Distribution] = {}
+    for key, dist in parameters.items():  # in dependency order: conditions before what they condition
+        if key in values:
+            continue
+        fixed = {k: w for k, w in dist.when.items() if k in values}
+        rest = {k: w for k, w in dist.when.items() if k not in values}
+        if (not Distribution(dist.kind, dist.args, fixed).applies(values)
+                or any(k not in kept and k not in scenarios for k in rest)):
+            continue
+        kept[key] = dataclasses.replace(dist, when=rest)
+    return kept
 
 
 def cell_label(cell: dict) -> str:
@@ -300,6 +317,9 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
     parameters = {key: parse_distribution(key, d) for key, d in params_raw.items()}
     scenarios = parse_scenarios(raw.get("scenarios"), parameters, overrides or {})
     parameters = _dependency_order(parameters, scenarios)
+    pinned = {k: v for k, v in (overrides or {}).items() if k in parameters}  # --set on a swept key: its value
+    if pinned:
+        parameters = fix_values(parameters, pinned, scenarios)
     search_raw = dict(raw.get("search") or {})
     if num_samples is not None:
         search_raw["num_samples"] = num_samples
@@ -308,6 +328,8 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
         if isinstance(search_raw.get("mode"), list) and len(search_raw["mode"]) == 1:
             search_raw["mode"] = search_raw["mode"][0]
     search = build(SearchConfig, search_raw, "search")
+    if pinned and not parameters:
+        search = dataclasses.replace(search, searcher="grid", num_samples=1)
     if search.searcher == "grid":
         bad = [k for k, d in parameters.items() if d.kind not in ("choice", "grid")]
         if bad:

@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", nargs="?", help="search space name (a file in search_spaces/) or a YAML path")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a base-config value, e.g. --set rounds=3 (repeatable)")
+                        help="override a base-config value, e.g. --set rounds=3 (repeatable); on a swept parameter or a "
+                             "scenario key it pins that value (the key leaves the sampler / grid)")
     parser.add_argument("--num-samples", type=int, help="number of trials (overrides search.num_samples)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
                                                "sqlite:///<results home>/mlflow.db)")

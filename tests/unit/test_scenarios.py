@@ -88,6 +88,34 @@ def test_set_on_a_scenario_key_pins_that_dimension(tmp_path):
     assert space.cell_space(0).trial_config({}).partition.alpha == 0.3
 
 
+def test_set_on_a_swept_parameter_pins_it_instead_of_being_ignored(tmp_path):
+    params = {"clients.lr": {"loguniform": [0.01, 0.2]}, "algorithm.name": {"choice": ["fedavg", "fedprox"]},
+              "algorithm.mu": {"loguniform": [0.001, 1.0], "when": {"algorithm.name": "fedprox"}}}
+    path = write(tmp_path, None, parameters=params)
+    space = load_search_space(path, {"clients.lr": 0.07})
+    assert "clients.lr" not in space.parameters  # the sampler no longer draws it ...
+    assert space.trial_config({"algorithm.name": "fedavg"}).clients.lr == 0.07  # ... every trial runs the value
+    prox = load_search_space(path, {"algorithm.name": "fedprox"})
+    assert set(prox.parameters) == {"clients.lr", "algorithm.mu"}
+    assert prox.parameters["algorithm.mu"].when == {}  # its condition holds for every trial now
+    assert prox.trial_config({"clients.lr": 0.1, "algorithm.mu": 0.5}).algorithm.name == "fedprox"
+    avg = load_search_space(path, {"algorithm.name": "fedavg"})
+    assert set(avg.parameters) == {"clients.lr"}  # mu applies only to fedprox: dropped with its condition
+
+
+def test_pinning_every_parameter_runs_the_base_once(tmp_path):
+    space = load_search_space(write(tmp_path, None), {"clients.lr": 0.07}, num_samples=5)
+    assert space.parameters == {}
+    assert (space.search.searcher, space.search.num_samples) == ("grid", 1)
+
+
+def test_a_pinned_parameter_is_pinned_in_every_scenario_cell(tmp_path):
+    space = load_search_space(write(tmp_path, {"partition.alpha": [10, 1]}), {"clients.lr": 0.07})
+    for index in range(2):
+        cell = space.cell_space(index)
+        assert "clients.lr" not in cell.parameters and cell.trial_config({}).clients.lr == 0.07
+
+
 @pytest.mark.parametrize("scenarios, field, words", [
     ({"partition.alpha": []}, "scenarios.partition.alpha", "non-empty list"),
     ({"partition.alpha": 0.1}, "scenarios.partition.alpha", "non-empty list"),
