@@ -31,12 +31,13 @@ def test_fedkp_cm_within_two_points_of_fedavg(ray_local):
 
 
 def test_second_one_round_trial_trains_no_client(ray_local, tracking_uri, tmp_path, capsys):
-    """fedkp_bandwidth in one-round mode: two trials, one upstream config -> one client stage computed."""
+    """fedkp_bandwidth in one-round mode: one trial in each variant's cell, one upstream config -> one client stage
+    computed, reused by the other cell."""
     from platform.cache import StageCache
     from platform.sweep import main
 
     cache_dir = tmp_path / "cache"
-    rc = main(["fedkp_bandwidth", "--num-samples", "2", "--set", "clients.local_epochs=2", "--tracking-uri",
+    rc = main(["fedkp_bandwidth", "--num-samples", "1", "--set", "clients.local_epochs=2", "--tracking-uri",
                tracking_uri, "--storage-path", str(tmp_path / "tune"), "--cache-dir", str(cache_dir)])
     capsys.readouterr()
     assert rc == 0

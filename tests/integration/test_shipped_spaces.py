@@ -13,7 +13,7 @@ import yaml
 from tests.conftest import REPO_ROOT, mlflow_runs
 
 SHIPPED = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob(f"{REPO_ROOT}/search_spaces/*.yaml"))
-REWRITTEN = ["fedpa_shrinkage_burnin", "mnfl_rho", "fedaux_dp", "single_image_pruning"]
+REWRITTEN = ["fedpa_shrinkage_burnin", "mnfl_rho", "fedaux_dp", "single_image_pruning", "fedkp_bandwidth"]
 
 
 def _raw(name: str) -> dict:
@@ -58,7 +58,8 @@ def test_every_shipped_space_loads_and_builds_every_cell(name):
         for config in configs:
             for key, value in cell.items():  # the cell's value reaches every configuration built in it
                 section, field = key.split(".", 1)
-                target = config.algorithm.params if section == "algorithm" else getattr(config, section)
+                target = (config.algorithm if key == "algorithm.name" else config.algorithm.params
+                          if section == "algorithm" else getattr(config, section))
                 assert getattr(target, field) == value, (name, key)
 
 

@@ -304,12 +304,14 @@ def test_fedkp_bandwidth_thesis_arm_runs_the_authors_in_place_mean_shift():
     from platform.search_space import load_search_space
 
     space = load_search_space("fedkp_bandwidth")
-    assert "algorithm.cluster_mode" not in space.parameters  # not drawn: the arm is fixed
-    thesis = space.trial_config({"algorithm.name": "fedkp_cm"}).algorithm.params
+    assert list(space.parameters) == ["algorithm.bandwidth_scaling"]  # one question: s, per variant
+    assert space.cells() == [{"algorithm.name": "fedkp"}, {"algorithm.name": "fedkp_cm"}]
+    thesis = space.cell_space(1).trial_config({}).algorithm.params
     assert thesis.cluster and thesis.cluster_mode == "sequential_inplace"
-    assert not space.trial_config({"algorithm.name": "fedkp"}).algorithm.params.cluster  # one start: no mode
+    assert (thesis.kernel, thesis.bandwidth_rule) == ("epanechnikov", "silverman_code")  # held at the thesis's
+    assert not space.cell_space(0).trial_config({}).algorithm.params.cluster  # one start: no mode
     written = load_search_space("fedkp_bandwidth", {"algorithm.cluster_mode": "independent"})
-    assert written.trial_config({"algorithm.name": "fedkp_cm"}).algorithm.params.cluster_mode == "independent"
+    assert written.cell_space(1).trial_config({}).algorithm.params.cluster_mode == "independent"
     assert "sequential_inplace" in space.description and "--set algorithm.cluster_mode=independent" in \
         space.description
     docs = ALGORITHMS["fedkp_cm"].hyperparameter_docs()
