@@ -51,3 +51,30 @@ def mlflow_runs(uri: str, experiment: str):
     exp = client.get_experiment_by_name(experiment)
     assert exp is not None, f"no MLflow experiment {experiment!r} in {uri}"
     return client, client.search_runs([exp.experiment_id], max_results=1000)
+
+
+def check_best_per_cell(client, runs, scenario_key: str, cells: list, parameter: str, grid: list, directory: str,
+                        cast=float) -> list:
+    """A finished scenario sweep's ``scenarios/best_per_cell.csv`` has one row per cell (in ``cells`` order), each
+    cell ran its whole ``grid`` of ``parameter``, and each row's best is a trial with the cell's top
+    final_val_accuracy (selection on validation). Returns the child runs."""
+    import csv
+    import math
+
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == len(cells) * len(grid) and all(r.info.status == "FINISHED" for r in children)
+    path = client.download_artifacts(parent.info.run_id, "scenarios", directory)
+    with open(f"{path}/best_per_cell.csv") as fh:
+        table = list(csv.DictReader(fh))
+    assert [cast(row[scenario_key]) for row in table] == cells  # one row per cell
+    for value, row in zip(cells, table):
+        cell = [c for c in children if c.data.tags["fedsweep.scenario"] == f"{scenario_key}={value}"]
+        assert sorted(float(c.data.params[parameter]) for c in cell) == sorted(grid)  # the cell's whole grid
+        assert row["trials_finished"] == str(len(grid)) and float(row[f"best.{parameter}"]) in grid
+        top = max(c.data.metrics["final_val_accuracy"] for c in cell)
+        assert math.isclose(float(row["val_accuracy"]), top)  # selected on validation
+        winners = {float(c.data.params[parameter]) for c in cell
+                   if math.isclose(c.data.metrics["final_val_accuracy"], top)}
+        assert float(row[f"best.{parameter}"]) in winners
+    return children

@@ -1,12 +1,10 @@
 """The feded_beta search space asks one question (issue 16): FedED-w2's β on the thesis's grid, one study per
 Dirichlet α, seeds 1–10 that also seed the partition, selected on val_accuracy; and a tiny copy of it, run with real
 Ray Tune, Optuna and MLflow, reports one best β per α."""
-import csv
-import math
 
 import yaml
 
-from tests.conftest import REPO_ROOT, mlflow_runs
+from tests.conftest import REPO_ROOT, check_best_per_cell, mlflow_runs
 
 ALPHAS = [10.0, 1.0, 0.1, 0.01]
 BETAS = [1, 2, 3, 4, 5, 6, 7]
@@ -88,23 +86,8 @@ def test_a_tiny_feded_beta_reports_one_best_beta_per_alpha(ray_local, one_torch_
     assert "2 scenario cell(s) of partition.alpha (one study each), 4 trial(s)" in out
 
     client, runs = mlflow_runs(tracking_uri, "feded_beta_tiny")
-    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
+    children = check_best_per_cell(client, runs, "partition.alpha", alphas, "algorithm.beta", betas,
+                                   str(tmp_path / "artifacts"))  # one best beta per alpha, on validation
     assert all(r.data.params["seeds.partition_from_seed"] == "True" for r in children)
     lines = [line for line in out.splitlines() if line.startswith("  cell ")]
     assert len(lines) == 2 and all(" val_accuracy " in line and "algorithm.beta=" in line for line in lines)
-
-    directory = client.download_artifacts(parent.info.run_id, "scenarios", str(tmp_path / "artifacts"))
-    with open(f"{directory}/best_per_cell.csv") as fh:
-        table = list(csv.DictReader(fh))
-    assert [float(row["partition.alpha"]) for row in table] == alphas  # one row per α cell
-    for alpha, row in zip(alphas, table):
-        cell = [c for c in children if c.data.tags["fedsweep.scenario"] == f"partition.alpha={alpha}"]
-        assert sorted(float(c.data.params["algorithm.beta"]) for c in cell) == betas  # the cell's whole grid
-        assert row["trials_finished"] == "2" and float(row["best.algorithm.beta"]) in betas
-        top = max(c.data.metrics["final_val_accuracy"] for c in cell)
-        assert math.isclose(float(row["val_accuracy"]), top)  # selected on validation
-        winners = {float(c.data.params["algorithm.beta"]) for c in cell
-                   if math.isclose(c.data.metrics["final_val_accuracy"], top)}
-        assert float(row["best.algorithm.beta"]) in winners

@@ -2,7 +2,6 @@
 question (issue 16): scenario keys never reach the sampler, selection is on val_accuracy, seeds are replicates;
 and a tiny copy of fedpa_shrinkage_burnin, run with real Ray Tune, Optuna and MLflow, reports one best ρ per
 burn-in."""
-import csv
 import glob
 import math
 import os
@@ -10,7 +9,7 @@ import os
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT, mlflow_runs
+from tests.conftest import REPO_ROOT, check_best_per_cell, mlflow_runs
 
 SHIPPED = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob(f"{REPO_ROOT}/search_spaces/*.yaml"))
 REWRITTEN = ["fedpa_shrinkage_burnin", "mnfl_rho", "fedaux_dp", "single_image_pruning", "fedkp_bandwidth"]
@@ -162,18 +161,9 @@ def test_a_tiny_fedpa_sweep_reports_one_best_rho_per_burn_in(ray_local, one_torc
     assert "2 scenario cell(s) of algorithm.burnin_rounds (one study each), 4 trial(s)" in out
 
     client, runs = mlflow_runs(tracking_uri, "fedpa_tiny")
-    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
+    children = check_best_per_cell(client, runs, "algorithm.burnin_rounds", burn_ins, "algorithm.rho", rhos,
+                                   str(tmp_path / "artifacts"), cast=int)  # one best rho per burn-in, on validation
     assert all(r.data.tags["status"] == "completed" for r in children)  # no early stopping
-    directory = client.download_artifacts(parent.info.run_id, "scenarios", str(tmp_path / "artifacts"))
-    with open(f"{directory}/best_per_cell.csv") as fh:
-        table = list(csv.DictReader(fh))
-    assert [int(row["algorithm.burnin_rounds"]) for row in table] == burn_ins
-    for burn_in, row in zip(burn_ins, table):
+    for burn_in in burn_ins:
         cell = [c for c in children if c.data.tags["fedsweep.scenario"] == f"algorithm.burnin_rounds={burn_in}"]
-        assert sorted(float(c.data.params["algorithm.rho"]) for c in cell) == rhos  # the cell's whole grid
         assert all(c.data.params["algorithm.burnin_rounds"] == str(burn_in) for c in cell)
-        assert row["trials_finished"] == "2" and float(row["best.algorithm.rho"]) in rhos
-        top = max(c.data.metrics["final_val_accuracy"] for c in cell)
-        assert math.isclose(float(row["val_accuracy"]), top)  # selected on validation
