@@ -251,17 +251,13 @@ def run_arms(configs: dict, seeds: Sequence[int], rounds: int, cache=None, share
     fresh local Ray (2 CPUs), with a progress line per arm on stderr. ``shared_for(config)``: the SharedData of a
     config (default: built here)."""
     import numpy as np
-    import ray
 
-    ray.init(address="local", num_cpus=2, log_to_driver=False, include_dashboard=False)
     results = {}
-    try:
+    with local_ray(2):
         for label, config in configs.items():
             shared = shared_for(config) if shared_for is not None else None
             results[label] = summarise(run_federated(config, seeds, rounds, shared=shared, cache=cache))
             print(f"... {label}: final val {np.mean(results[label]['final_val']):.4f}", file=sys.stderr, flush=True)
-    finally:
-        ray.shutdown()
     return results
 
 

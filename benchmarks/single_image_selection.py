@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks._common import machine_line, table
+from benchmarks._common import local_ray, machine_line, table
 
 SETTINGS = {
     "paper sizing (K-means no-op, e=0.9)": {},
@@ -121,24 +121,20 @@ def main(argv=None) -> int:
     from platform.cache import open_cache
     from platform.runtime.federation import share_dataset
 
-    ray.init(address="local", num_cpus=2, log_to_driver=False, include_dashboard=False)
     results = {"selection": {}, "pool": []}
-    try:
-        with tempfile.TemporaryDirectory(prefix="fedsweep-sel-") as root:
-            cache = open_cache(root)
-            for label, overrides in SETTINGS.items():
-                config = _config({f"algorithm.{k}": v for k, v in overrides.items()})
-                public_x = torch.from_numpy(np.asarray(ray.get(share_dataset(config, cache=cache).public_ref)))
-                before = torch.get_num_threads()
-                parts = selection_parts(config, public_x, args.repeats)
-                torch.set_num_threads(before)
-                parts["round"] = round_seconds(config, args.rounds, cache)
-                results["selection"][label] = parts
-                print(f"... {label}: {parts}", file=sys.stderr, flush=True)
+    with local_ray(2), tempfile.TemporaryDirectory(prefix="fedsweep-sel-") as root:
+        cache = open_cache(root)
+        for label, overrides in SETTINGS.items():
+            config = _config({f"algorithm.{k}": v for k, v in overrides.items()})
+            public_x = torch.from_numpy(np.asarray(ray.get(share_dataset(config, cache=cache).public_ref)))
+            before = torch.get_num_threads()
+            parts = selection_parts(config, public_x, args.repeats)
+            torch.set_num_threads(before)
+            parts["round"] = round_seconds(config, args.rounds, cache)
+            results["selection"][label] = parts
+            print(f"... {label}: {parts}", file=sys.stderr, flush=True)
         for size in (int(s) for s in args.pools.split(",")):
             results["pool"].append(pool_timing(size))
-    finally:
-        ray.shutdown()
     if args.json:
         print(json.dumps(results, indent=1))
         return 0

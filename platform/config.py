@@ -299,7 +299,7 @@ def build_experiment(data: dict) -> ExperimentConfig:
         config = build(ExperimentConfig, data)
     except ConfigError as err:
         if err.field in filled:
-            raise ConfigError(err.field, f"{_message(err)} (a default of algorithm {algorithm.name!r}, its "
+            raise ConfigError(err.field, f"{error_message(err)} (a default of algorithm {algorithm.name!r}, its "
                                          f"config_defaults; set {err.field} to override it)") from None
         raise
     config = dataclasses.replace(config, algorithm=algorithm)
@@ -307,7 +307,8 @@ def build_experiment(data: dict) -> ExperimentConfig:
     return config
 
 
-def _message(err: ConfigError) -> str:
+def error_message(err: ConfigError) -> str:
+    """A ConfigError's message without its leading ``field: `` (to re-raise it with more context)."""
     text = str(err)
     prefix = f"{err.field}: "
     return text[len(prefix):] if err.field and text.startswith(prefix) else text
@@ -321,6 +322,8 @@ def method_defaults(name: str) -> dict[str, dict[str, Any]]:
 
     cls = resolve_algorithm(name)
     declared = getattr(cls, "config_defaults", None) or {}
+    if not declared:
+        return {}  # most methods: no type hints to resolve on every config build
     owner = f"{cls.__module__}.{cls.__qualname__}.config_defaults"
     if not isinstance(declared, Mapping):
         raise ConfigError("algorithm.name", f"algorithm {name!r}: {owner} must map config sections to "

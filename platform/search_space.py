@@ -49,7 +49,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from platform.config import apply_overrides, build_experiment, load_yaml
+from platform.config import apply_overrides, build_experiment, error_message, load_yaml
 from platform.errors import ConfigError, UserError
 from platform.schema import build, spec
 
@@ -390,11 +390,6 @@ def parse_scenarios(raw: Any, parameters: dict, overrides: dict) -> dict[str, tu
     return scenarios
 
 
-def _message(err: ConfigError) -> str:
-    text = str(err)
-    return text[len(err.field) + 2:] if err.field and text.startswith(f"{err.field}: ") else text
-
-
 def _validate_cells(space: SearchSpace) -> list:
     """Every scenario cell's configurations pass validation as a space without scenarios does (the base with the
     cell's values, every parameter value, the ASHA rules); returns every configuration tried, over all cells."""
@@ -418,7 +413,7 @@ def _validate_cells(space: SearchSpace) -> list:
         try:
             configs += _validate_parameter_values(cell_space)
         except ConfigError as err:
-            raise ConfigError(err.field, f"in scenario cell {label}: {_message(err)}") from None
+            raise ConfigError(err.field, f"in scenario cell {label}: {error_message(err)}") from None
     return configs
 
 

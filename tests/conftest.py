@@ -53,6 +53,22 @@ def mlflow_runs(uri: str, experiment: str):
     return client, client.search_runs([exp.experiment_id], max_results=1000)
 
 
+def run_tiny_sweep(space: dict, name: str, tracking_uri: str, tmp_path, capsys) -> str:
+    """Write ``space`` (a search space dict, usually a shipped one shrunk) as ``<name>.yaml`` and run it with
+    ``platform.sweep`` on this test's MLflow store, Tune storage and stage cache; asserts exit 0, returns stdout."""
+    import yaml
+
+    from platform.sweep import main
+
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    rc = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune"),
+               "--cache-dir", str(tmp_path / "cache")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    return out
+
+
 def check_best_per_cell(client, runs, scenario_key: str, cells: list, parameter: str, grid: list, directory: str,
                         cast=float) -> list:
     """A finished scenario sweep's ``scenarios/best_per_cell.csv`` has one row per cell (in ``cells`` order), each

@@ -4,7 +4,7 @@ Ray Tune, Optuna and MLflow, reports one best β per α."""
 
 import yaml
 
-from tests.conftest import REPO_ROOT, check_best_per_cell, mlflow_runs
+from tests.conftest import REPO_ROOT, check_best_per_cell, mlflow_runs, run_tiny_sweep
 
 ALPHAS = [10.0, 1.0, 0.1, 0.01]
 BETAS = [1, 2, 3, 4, 5, 6, 7]
@@ -68,8 +68,6 @@ def test_the_continuation_differs_only_in_beta():
 
 def test_a_tiny_feded_beta_reports_one_best_beta_per_alpha(ray_local, one_torch_thread, tracking_uri, tmp_path,
                                                            capsys):
-    from platform.sweep import main
-
     alphas, betas = [10.0, 0.01], [1, 6]
     space = _raw("feded_beta")
     space["scenarios"]["partition.alpha"] = alphas
@@ -77,12 +75,7 @@ def test_a_tiny_feded_beta_reports_one_best_beta_per_alpha(ray_local, one_torch_
     space["search"]["seeds"] = [1]
     space["base"]["clients"].update({"num_clients": 4, "clients_per_round": 4, "local_epochs": 1})
     space["base"]["algorithm"].update({"ae_epochs": 1, "student_steps": 5})
-    path = tmp_path / "feded_beta_tiny.yaml"
-    path.write_text(yaml.safe_dump(space, sort_keys=False))
-    rc = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune"),
-               "--cache-dir", str(tmp_path / "cache")])
-    out = capsys.readouterr().out
-    assert rc == 0, out
+    out = run_tiny_sweep(space, "feded_beta_tiny", tracking_uri, tmp_path, capsys)
     assert "2 scenario cell(s) of partition.alpha (one study each), 4 trial(s)" in out
 
     client, runs = mlflow_runs(tracking_uri, "feded_beta_tiny")

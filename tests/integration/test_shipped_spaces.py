@@ -9,7 +9,7 @@ import os
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT, check_best_per_cell, mlflow_runs
+from tests.conftest import REPO_ROOT, check_best_per_cell, mlflow_runs, run_tiny_sweep
 
 SHIPPED = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob(f"{REPO_ROOT}/search_spaces/*.yaml"))
 REWRITTEN = ["fedpa_shrinkage_burnin", "mnfl_rho", "fedaux_dp", "single_image_pruning", "fedkp_bandwidth"]
@@ -143,8 +143,6 @@ def test_single_image_arms_are_cells_with_their_own_knobs():
 
 def test_a_tiny_fedpa_sweep_reports_one_best_rho_per_burn_in(ray_local, one_torch_thread, tracking_uri, tmp_path,
                                                             capsys):
-    from platform.sweep import main
-
     burn_ins, rhos = [1, 2], [0.0, 0.1]
     space = _raw("fedpa_shrinkage_burnin")
     space["scenarios"]["algorithm.burnin_rounds"] = burn_ins
@@ -152,12 +150,7 @@ def test_a_tiny_fedpa_sweep_reports_one_best_rho_per_burn_in(ray_local, one_torc
     space["search"]["seeds"] = [0]
     space["base"]["rounds"] = 3
     space["base"]["clients"].update({"num_clients": 4, "clients_per_round": 4, "local_epochs": 2})
-    path = tmp_path / "fedpa_tiny.yaml"
-    path.write_text(yaml.safe_dump(space, sort_keys=False))
-    rc = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune"),
-               "--cache-dir", str(tmp_path / "cache")])
-    out = capsys.readouterr().out
-    assert rc == 0, out
+    out = run_tiny_sweep(space, "fedpa_tiny", tracking_uri, tmp_path, capsys)
     assert "2 scenario cell(s) of algorithm.burnin_rounds (one study each), 4 trial(s)" in out
 
     client, runs = mlflow_runs(tracking_uri, "fedpa_tiny")
