@@ -14,7 +14,14 @@ TAG_TRIAL_ID = "fedsweep.trial_id"
 TAG_SAMPLED = "fedsweep.sampled"  # "key=value, ..." of a trial's sampled parameters
 TAG_GIT_COMMIT = "mlflow.source.git.commit"
 TAG_PARENT_RUN = "mlflow.parentRunId"
-TAG_BEST_PREFIX = "best."  # on a sweep's parent run: best.<parameter> = value of the best trial
+TAG_BEST_PREFIX = "best."  # on a sweep's parent run: best.<parameter> = value of the best trial (a param; a tag
+#                             where a resumed sweep's best differs from the one logged before)
+TAG_BEST_RUN = "best_trial_run_id"  # on a sweep's parent run: the best trial's child run (single objective)
+TAG_STOPPED_EARLY = "stopped_early_at_round"  # on an early-stopped trial's run: the last round it ran
+TAG_NOTE = "mlflow.note.content"  # a run's description (markdown) in the MLflow UI
+TAG_OPTUNA_STORAGE = "fedsweep.optuna_storage"  # on a sweep's parent run: the RDB URL of its Optuna studies
+TAG_OPTUNA_STUDIES = "fedsweep.optuna_studies"  # on a sweep's parent run: its study names, comma-separated (one per
+#                                                 scenario cell: <space>-<time>/cell-001, ...)
 
 # Values of TAG_STATUS
 STATUS_RUNNING = "running"
@@ -34,6 +41,11 @@ METRIC_FINAL = "final_"  # a run's last reported value of each metric
 METRIC_BEST = "best_"  # the best value of the selection metric
 METRIC_BEST_TRIAL = "best_trial_"  # on a sweep's parent run: the best trial's test figures (selected on validation)
 METRIC_ROUNDS_COMPLETED = "rounds_completed"
+PER_SEED_SEPARATOR = "/seed_"  # a trial's headline metrics per seed: test_accuracy/seed_3 (3 is the seed's value)
+
+
+def per_seed_key(metric: str, seed: int) -> str:
+    return f"{metric}{PER_SEED_SEPARATOR}{seed}"
 
 # Multi-objective sweeps: on the parent run, the Pareto front of the finished trials (last reported values)
 METRIC_PARETO_SIZE = "pareto_size"  # number of non-dominated trials

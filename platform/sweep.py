@@ -28,6 +28,7 @@ from platform.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTI
                                  METRIC_BEST, METRIC_BEST_TRIAL, METRIC_CELL_PREFIX, METRIC_PARETO_SIZE, PARAM_BASE,
                                  PARAM_SCENARIO, PARAM_SEARCH, PARAM_SPACE, STATUS_COMPLETED, STATUS_FAILED,
                                  STATUS_INTERRUPTED, STATUS_RUNNING, TAG_BEST_PREFIX, TAG_COMMAND, TAG_DESCRIPTION,
+                                 TAG_NOTE, TAG_OPTUNA_STORAGE,
                                  TAG_GIT_COMMIT, TAG_SEARCH_SPACE, TAG_STATUS)
 from platform.search_space import available_search_spaces, cell_label, grid_points, load_search_space
 
@@ -52,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
                                                "sqlite:///<results home>/mlflow.db)")
     parser.add_argument("--storage-path", help="Tune storage (default: <results home>/ray_results)")
+    parser.add_argument("--optuna-storage", metavar="URL",
+                        help="RDB URL of the persistent Optuna study, which optuna-dashboard opens (default: "
+                             "$FEDSWEEP_OPTUNA_STORAGE, else sqlite:///optuna.db beside a SQLite MLflow store, else "
+                             "in the results home)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the most recent interrupted run of this sweep from --storage-path")
     parser.add_argument("--cache-dir", help="stage cache (default: $FEDSWEEP_CACHE, else <results home>/cache); "
@@ -156,6 +161,10 @@ def main(argv=None) -> int:
     if resume_dir:
         _check_resumable(resume_dir, space)
     tracking_uri = resolve_tracking_uri(args.tracking_uri)
+    from platform.optuna_store import check_storage, storage_url
+
+    args.optuna_url = storage_url(tracking_uri, args.optuna_storage)
+    check_storage(args.optuna_url)
     quiet_libraries()
     leave_ray_job_working_dir(results_home())
     return _run(args, space, base_config, storage, tracking_uri, resume_dir)
@@ -183,12 +192,17 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     from platform.cache import open_cache
     from platform.pretrain import prepare_pretrained, sweep_pretrain_configs
     from platform.runtime.federation import share_dataset
-    from platform.tracking import MlflowSweepCallback, Tracker, log_patch_samples, ui_command
+    from platform.optuna_store import StudyRecorder
+    from platform.sweep_outputs import SweepAnswer, publish
+    from platform.tracking import MlflowSweepCallback, Tracker, log_patch_samples
 
     tracker = Tracker(tracking_uri, space.name)
+    # The Tune experiment (one directory per sweep, a sub-directory per scenario cell) names the Optuna study too.
+    experiment = os.path.basename(resume_dir) if resume_dir else f"{space.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     parent_run_id = _open_parent_run(tracker, args, space, base_config, resume_dir)
     status = "FAILED"
     callback = None
+    answer = SweepAnswer()
     try:
         mode = connect_ray(args.address)
         objectives = ", ".join(f"{m} ({d})" for m, d in space.search.objectives)
@@ -205,7 +219,8 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         expected_trials = _expected_trials(space)
         cache = open_cache(args.cache_dir, not args.no_cache)
         if space.scenarios:
-            status = _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resume_dir, cache)
+            status = _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resume_dir, cache,
+                                experiment, answer)
             return {"FINISHED": 0, "KILLED": 130}.get(status, 1)
         shared = share_dataset(base_config, cache=cache)  # into the object store once, for every trial
         log_patch_samples(tracker, parent_run_id, shared)  # public.source image: public/patches.png
@@ -213,26 +228,31 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         # before Tune starts (a trial's placement group cannot host Ray Train's workers); cache hits cost nothing.
         shared = prepare_pretrained(shared, sweep_pretrain_configs(space), cache,
                                     log=(lambda *a, **k: None) if args.quiet else print)
+        answer.studies = [experiment]
         callback = MlflowSweepCallback(tracker, parent_run_id, space, base_config.rounds, expected_trials,
-                                       quiet=args.quiet, shared=shared)
+                                       quiet=args.quiet, shared=shared,
+                                       study=StudyRecorder(args.optuna_url, experiment, space.search.objectives,
+                                                           space.parameters))
         trainable = _trainable(space, base_config, shared, args)
         if resume_dir:
             from ray import tune
 
             tuner = tune.Tuner.restore(resume_dir, trainable, resume_unfinished=True, resume_errored=True)
         else:
-            tuner = _new_tuner(trainable, space, base_config, storage, callback, parent_run_id, tracking_uri)
+            tuner = _new_tuner(trainable, space, base_config, storage, experiment, callback, parent_run_id,
+                               tracking_uri)
         grid = tuner.fit()
-        status = _report(grid, space, tracker, parent_run_id, callback, expected_trials)
+        status = _report(grid, space, tracker, parent_run_id, callback, expected_trials, answer)
     except KeyboardInterrupt:
         status = "KILLED"
         if callback is not None:
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
         raise
     finally:
-        tracker.set_tag(parent_run_id, TAG_STATUS, _STATUS_TAGS.get(status, STATUS_FAILED))
+        answer.status = _STATUS_TAGS.get(status, STATUS_FAILED)
+        tracker.set_tag(parent_run_id, TAG_STATUS, answer.status)
+        publish(tracker, parent_run_id, space, answer, args.optuna_url, quiet=args.quiet)
         tracker.end_run(parent_run_id, status)
-        print(f"results: {ui_command(tracking_uri)}", flush=True)
     return {"FINISHED": 0, "KILLED": 130}.get(status, 1)
 
 
@@ -250,11 +270,14 @@ def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
         tracker.set_tag(parent_run_id, TAG_STATUS, STATUS_RUNNING)
         tracker.client.update_run(parent_run_id, status="RUNNING")
         return parent_run_id
+    from platform.sweep_outputs import SweepAnswer, description
+
     parent_run_id = tracker.start_run(
         name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
         tags={TAG_SEARCH_SPACE: space.name, TAG_GIT_COMMIT: git_commit(),
               TAG_COMMAND: command_line("platform.sweep", args.argv), TAG_STATUS: STATUS_RUNNING,
-              TAG_DESCRIPTION: space.description})
+              TAG_DESCRIPTION: space.description, TAG_OPTUNA_STORAGE: args.optuna_url,
+              TAG_NOTE: description(space, tracker.experiment_id, SweepAnswer())})
     tracker.log_params(parent_run_id, {
         **{f"{PARAM_BASE}{k}": v for k, v in base_config.flat().items()},
         **{f"{PARAM_SCENARIO}{k}": list(values) for k, values in space.scenarios.items()},
@@ -285,15 +308,12 @@ def _trainable(space, base_config, shared, args):
         tune.with_parameters(sweep_trial, base=space.base, seeds=space.seeds, shared=shared,
                              checkpoint_every=space.search.checkpoint_every,
                              cache_root=os.path.abspath(args.cache_dir or default_cache_root()),
-                             use_cache=not args.no_cache),
+                             use_cache=not args.no_cache, search_metrics=tuple(space.search.metrics)),
         tune.PlacementGroupFactory(trial_bundles(base_config.resources)))
 
 
-def _new_tuner(trainable, space, base_config, storage, callback, parent_run_id, tracking_uri):
+def _new_tuner(trainable, space, base_config, storage, name, callback, parent_run_id, tracking_uri):
     """A Tuner for a new sweep; its experiment directory records the parent run, for ``--resume``."""
-    from ray import tune
-
-    name = f"{space.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     os.makedirs(os.path.join(storage, name), exist_ok=True)
     with open(os.path.join(storage, name, STATE_FILE), "w") as fh:
         json.dump({"parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "search_space": space.path}, fh)
@@ -327,13 +347,15 @@ def _interrupted(grid, expected: int) -> bool:
     return len(trials) < expected or any(t.status not in ("TERMINATED", "ERROR") for t in trials)
 
 
-def _report(grid, space, tracker, parent_run_id, callback, expected: int) -> str:
+def _report(grid, space, tracker, parent_run_id, callback, expected: int, answer) -> str:
+    from platform.sweep_outputs import log_best
+
     if _interrupted(grid, expected):
         callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
         print(f"\ninterrupted; continue with: python -m platform.sweep {space.name} --resume", file=sys.stderr)
         return "KILLED"
     if space.search.multi_objective:
-        return _report_pareto(grid, space, tracker, parent_run_id, callback)
+        return _report_pareto(grid, space, tracker, parent_run_id, callback, answer)
     metric, mode = space.search.metric, space.search.mode
     finished = [r for r in grid if r.error is None and r.metrics and metric in r.metrics]
     failed = sum(1 for r in grid if r.error is not None)
@@ -349,8 +371,13 @@ def _report(grid, space, tracker, parent_run_id, callback, expected: int) -> str
                                         **{f"{METRIC_BEST_TRIAL}{k}": best.metrics[k] for k in ("test_accuracy", "test_loss")
                                            if k in best.metrics},
                                         "trials_completed": len(finished), "trials_failed": failed})
-    for k, v in params.items():  # tags, not params: a resumed sweep may find a different best
-        tracker.set_tag(parent_run_id, f"{TAG_BEST_PREFIX}{k}", str(v))
+    trial_id = best.metrics.get("trial_id")
+    answer.best = {"run_id": callback.runs.get(trial_id), "name": callback.names.get(trial_id, str(trial_id)),
+                   "round": best.metrics.get("round"), "params": dict(params),
+                   **{k: best.metrics[k] for k in (metric, f"{metric}_std", *_REPORTED, *(f"{r}_std" for r in _REPORTED))
+                      if best.metrics.get(k) is not None}}
+    if answer.best["run_id"]:
+        log_best(tracker, parent_run_id, answer.best)
     reported = "".join(f", {k} {best.metrics[k]:.4f}" for k in ("test_accuracy", "test_loss")
                        if k != metric and k in best.metrics)  # selected on validation, reported on test
     print(f"\nbest of {len(finished)} trial(s) ({failed} failed): {metric} = {figure} at round "
@@ -375,6 +402,8 @@ def _front_rows(grid, space, callback) -> list[dict]:
         number = callback.numbers.get(trial_id) if callback is not None else None
         row = {"trial": f"trial-{number:03d}" if number else str(trial_id), "run_id": (callback.runs.get(trial_id)
                if callback is not None else None), "round": result.metrics.get("round")}
+        if callback is not None and callback.names.get(trial_id):
+            row["name"] = callback.names[trial_id]
         for metric in space.search.metrics:
             row[metric] = result.metrics.get(metric)
             if result.metrics.get(f"{metric}_std") is not None:
@@ -448,7 +477,7 @@ def _front_plot(rows: list[dict], front: list[dict], objectives: list[tuple[str,
     fig.savefig(path, format="png")
 
 
-def _report_pareto(grid, space, tracker, parent_run_id, callback) -> str:
+def _report_pareto(grid, space, tracker, parent_run_id, callback, answer) -> str:
     """Multi-objective: print the Pareto front of the finished trials (last reported values) and log it to the
     parent run as ``pareto_front.json``, ``pareto_front.csv``, ``pareto_front.png`` and metric ``pareto_size``."""
     import tempfile
@@ -464,6 +493,7 @@ def _report_pareto(grid, space, tracker, parent_run_id, callback) -> str:
               f"MLflow", file=sys.stderr)
         return "FAILED"
     front = pareto_front(complete, objectives)
+    answer.front = front
     best = {f"{METRIC_BEST}{m}": (max if d == "max" else min)(objective_value(r, m) for r in complete)
             for m, d in objectives}
     tracker.log_metrics(parent_run_id, {METRIC_PARETO_SIZE: len(front), **best, "trials_completed": len(complete),
@@ -551,11 +581,13 @@ def _adopt_callback(tuner, callback):
     return callback
 
 
-def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resume_dir, cache) -> str:
+def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resume_dir, cache, experiment,
+               answer) -> str:
     """Run every scenario cell's study in turn (skipping, on --resume, the cells that finished), then report one
     best trial (or Pareto front) per cell. Returns the parent run's status."""
     from ray import tune
 
+    from platform.optuna_store import StudyRecorder
     from platform.pretrain import prepare_pretrained, sweep_pretrain_configs
     from platform.runtime.federation import share_dataset
     from platform.tracking import MlflowSweepCallback, log_patch_samples
@@ -565,14 +597,15 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
         sweep_dir = resume_dir
         state = _read_state(sweep_dir)
     else:
-        sweep_dir = os.path.join(storage, f"{space.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        sweep_dir = os.path.join(storage, experiment)
         os.makedirs(sweep_dir, exist_ok=True)
         state = {"parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "search_space": space.path,
                  "scenarios": [cell_label(c) for c in cells], "cells_done": {}}
         _write_state(sweep_dir, state)
     done = state.setdefault("cells_done", {})
     log = (lambda *a, **k: None) if args.quiet else print
-    rows: list[dict] = []
+    rows: list[dict] = answer.cells
+    answer.studies = [f"{experiment}/{_cell_dir_name(i)}" for i in range(len(cells))]
     shared = None
     patches_logged = False
     for index, cell in enumerate(cells):
@@ -590,10 +623,12 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
             shared = share_dataset(config, cache=cache)
             patches_logged = patches_logged or bool(log_patch_samples(tracker, parent_run_id, shared))
         shared = prepare_pretrained(shared, sweep_pretrain_configs(cell_space), cache, log=log)
-        info = {"number": number, "cells": len(cells), "label": label,
+        info = {"number": number, "cells": len(cells), "label": label, "values": dict(cell),
                 "sampler_seed": cell_space.search.sampler_seed}
         callback = MlflowSweepCallback(tracker, parent_run_id, cell_space, config.rounds, expected, quiet=args.quiet,
-                                       shared=shared, cell=info)
+                                       shared=shared, cell=info,
+                                       study=StudyRecorder(args.optuna_url, answer.studies[index],
+                                                           cell_space.search.objectives, cell_space.parameters))
         trainable = _trainable(cell_space, config, shared, args)
         cell_dir = os.path.join(sweep_dir, _cell_dir_name(index))
         restoring = tune.Tuner.can_restore(cell_dir)
@@ -654,7 +689,8 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
     number = callback.numbers.get(trial_id)
     params = dict((best.config or {}).get("params", best.config or {}))
     row.update({"best_trial": f"trial-{number:03d}" if number else str(trial_id),
-                "best_run_id": callback.runs.get(trial_id), "round": best.metrics.get("round")})
+                "best_run_id": callback.runs.get(trial_id), "best_name": callback.names.get(trial_id),
+                "round": best.metrics.get("round")})
     for key in (metric, *(k for k in _REPORTED if k != metric)):
         for name in (key, f"{key}_std"):
             if best.metrics.get(name) is not None:

@@ -16,10 +16,10 @@ from typing import Any, Optional
 from ray import tune
 
 from platform.run_schema import (ARTIFACT_ARRAYS, MAX_ARRAY_ELEMENTS, METRIC_BEST, METRIC_FINAL,
-                                 METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, RESULT_ARRAYS, STATUS_COMPLETED,
+                                 METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, PER_SEED_SEPARATOR, RESULT_ARRAYS, STATUS_COMPLETED,
                                  STATUS_EARLY_STOPPED, STATUS_FAILED, STATUS_RUNNING, TAG_PARENT_RUN, TAG_SAMPLED,
                                  TAG_SAMPLER_SEED, TAG_SCENARIO, TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS,
-                                 TAG_TRIAL_ID)
+                                 TAG_STOPPED_EARLY, TAG_TRIAL_ID)
 
 DEFAULT_STORE_FILE = "mlflow.db"
 
@@ -257,8 +257,9 @@ class MlflowSweepCallback(tune.Callback):
     """Writes every trial to MLflow from the driver, and prints one concise line per event."""
 
     def __init__(self, tracker: Tracker, parent_run_id: str, space, total_rounds: int, num_samples: int,
-                 quiet: bool = False, shared=None, cell: Optional[dict] = None):
+                 quiet: bool = False, shared=None, cell: Optional[dict] = None, study=None):
         self.tracker = tracker
+        self.study = study  # a platform.optuna_store.StudyRecorder: every ended trial goes into the persistent study
         # A scenario cell's study (``space`` is then the cell's space): {"number": 1-based, "cells": how many,
         # "label": "key=value, ...", "sampler_seed": int}; its child runs are tagged with it.
         self.cell = cell
@@ -273,16 +274,19 @@ class MlflowSweepCallback(tune.Callback):
         self.best: dict[str, Any] = {}  # trial_id -> best metric so far (multi-objective: {metric: best so far})
         self.last: dict[str, dict] = {}  # trial_id -> last reported round metrics
         self.open: set[str] = set()  # trial ids whose MLflow run has not ended
+        self.names: dict[str, str] = {}  # trial_id -> MLflow run name (its swept values)
+        self.history: dict[str, dict[int, float]] = {}  # trial_id -> {round: search metric} (single objective)
 
     # Tune saves/restores callback state with the experiment, so --resume continues the same runs.
     def get_state(self) -> dict:
         return {"runs": self.runs, "numbers": self.numbers, "best": self.best, "last": self.last,
-                "open": sorted(self.open)}
+                "open": sorted(self.open), "names": self.names, "history": self.history}
 
     def set_state(self, state: dict) -> None:
         self.runs, self.numbers = dict(state["runs"]), dict(state["numbers"])
         self.best, self.last = dict(state["best"]), dict(state["last"])
         self.open = set(state.get("open", ()))
+        self.names, self.history = dict(state.get("names", {})), dict(state.get("history", {}))
 
     def close_open_runs(self, status: str, mlflow_status: str) -> None:
         """End every child run still open (the sweep was interrupted); --resume reopens them."""
@@ -317,13 +321,14 @@ class MlflowSweepCallback(tune.Callback):
         resolved = self.space.trial_config(params)
         tags = {TAG_STATUS: STATUS_RUNNING, TAG_TRIAL_ID: trial.trial_id, TAG_SEARCH_SPACE: self.space.name,
                 TAG_SAMPLED: ", ".join(f"{k}={_short(v)}" for k, v in params.items())}
-        name = f"trial-{self.numbers[trial.trial_id]:03d}"
-        if getattr(self, "cell", None):
-            tags.update({TAG_SCENARIO: self.cell["label"], TAG_SCENARIO_CELL: str(self.cell["number"]),
-                         TAG_SAMPLER_SEED: str(self.cell["sampler_seed"])})
-            name = f"cell-{self.cell['number']:02d}-{name}"
+        cell = getattr(self, "cell", None)  # getattr: a callback pickled before cells existed (--resume)
+        if cell:
+            tags.update({TAG_SCENARIO: cell["label"], TAG_SCENARIO_CELL: str(cell["number"]),
+                         TAG_SAMPLER_SEED: str(cell["sampler_seed"])})
+        name = trial_run_name(params, self.space.parameters, cell.get("values") if cell else None)
         run_id = self.tracker.start_run(name=name, tags=tags, parent_run_id=self.parent_run_id)
-        flat = resolved.flat()
+        # A conditional parameter whose ``when`` does not hold was not drawn: its config value is unused, not logged.
+        flat = {k: v for k, v in resolved.flat().items() if k in params or k not in self.space.parameters}
         flat[PARAM_SEEDS] = self.space.seeds
         self.tracker.log_params(run_id, flat)
         if self.shared is not None and self.shared.serves(resolved):
@@ -334,6 +339,7 @@ class MlflowSweepCallback(tune.Callback):
             except Exception:  # noqa: BLE001 - the trial hits the same error and reports it as its failure
                 pass
         self.runs[trial.trial_id] = run_id
+        self.names[trial.trial_id] = name
         self.open.add(trial.trial_id)
         self._say(f"{self._label(trial)} start  " + ", ".join(f"{k}={_short(v)}" for k, v in params.items()))
 
@@ -356,6 +362,7 @@ class MlflowSweepCallback(tune.Callback):
         if metric in metrics:
             prev = self.best.get(trial.trial_id)
             value = metrics[metric]
+            self.history.setdefault(trial.trial_id, {})[step] = value
             if prev is None or (value > prev if mode == "max" else value < prev):
                 self.best[trial.trial_id] = value
             std = f" ± {metrics[metric + '_std']:.4f}" if metric + "_std" in metrics else ""
@@ -381,7 +388,8 @@ class MlflowSweepCallback(tune.Callback):
         if run_id is None:
             return
         last = self.last.get(trial.trial_id, {})
-        summary = {f"{METRIC_FINAL}{k}": v for k, v in last.items() if k != "round"}
+        # final_<metric> of the means (and stds); a per-seed metric's last value is its final one already
+        summary = {f"{METRIC_FINAL}{k}": v for k, v in last.items() if k != "round" and PER_SEED_SEPARATOR not in k}
         summary[METRIC_ROUNDS_COMPLETED] = last.get("round", 0)
         best = self.best.get(trial.trial_id)
         if isinstance(best, dict):  # multi-objective: the best of each objective over rounds
@@ -389,9 +397,17 @@ class MlflowSweepCallback(tune.Callback):
         elif best is not None:
             summary[f"{METRIC_BEST}{self.space.search.metric}"] = best
         self.tracker.log_metrics(run_id, summary, step=int(last.get("round", 0)))
+        if status == STATUS_EARLY_STOPPED:
+            self.tracker.set_tag(run_id, TAG_STOPPED_EARLY, str(last.get("round", 0)))
         self.tracker.set_tag(run_id, TAG_STATUS, status)
         self.tracker.end_run(run_id, mlflow_status)
         self.open.discard(trial.trial_id)
+        if getattr(self, "study", None) is not None:  # getattr: a callback pickled before studies existed
+            state = {STATUS_COMPLETED: "complete", STATUS_EARLY_STOPPED: "pruned"}.get(status, "fail")
+            self.study.record(self.trial_params(trial), last, self.history.get(trial.trial_id, {}), state,
+                              {"mlflow_run_id": run_id, "run_name": self.names.get(trial.trial_id, ""),
+                               "status": status, "rounds_completed": last.get("round", 0),
+                               "seeds": str(self.space.seeds)})
         final = "".join(f"  {m} {last[m]:.4f}" for m in self.space.search.metrics if m in last)
         self._say(f"{self._label(trial)} {status}{final}")
 
@@ -413,3 +429,22 @@ def _short(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def trial_run_name(params: dict, parameters: dict, cell: Optional[dict] = None) -> str:
+    """A trial's run name from its swept values, e.g. ``fedprox mu=0.01 lr=0.05``: a categorical string value
+    stands alone, every other value is ``<last key part>=<value>`` (the full key where two parameters share a last
+    part); a scenario cell's values lead in brackets, e.g. ``[alpha=0.1] beta=3``. ``parameters``: the space's
+    swept parameters (their order)."""
+    keys = [*(cell or {}), *(k for k in parameters if k in params), *(k for k in params if k not in parameters)]
+    leaves = [k.rsplit(".", 1)[-1] for k in keys]
+
+    def label(key: str, value: Any) -> str:
+        if isinstance(value, str) and getattr(parameters.get(key), "kind", None) in ("choice", "grid"):
+            return value
+        leaf = key.rsplit(".", 1)[-1]
+        return f"{leaf if leaves.count(leaf) == 1 else key}={_short(value)}"
+
+    swept = " ".join(label(k, params[k]) for k in keys if k in params and k not in (cell or {}))
+    head = f"[{' '.join(label(k, v) for k, v in cell.items())}] " if cell else ""
+    return (head + (swept or "base config")).strip()

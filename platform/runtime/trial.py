@@ -13,23 +13,30 @@ import numpy as np
 import ray
 from ray import tune
 
+from algorithms.base import CLIENT_EVALUATION_METRICS, STANDARD_METRICS
+
 from platform.config import apply_overrides, build_experiment
 from platform.cache import open_cache
 from platform.runtime.federation import (Federation, SharedData, WarmActors, one_round_stage,
                                          replicate_over_seeds, share_dataset)
 from platform.runtime.placement import current_placement, own_placement
-from platform.run_schema import RESULT_ARRAYS
+from platform.run_schema import RESULT_ARRAYS, per_seed_key
 
 NOT_SUMMARISED = ("round", "clients")
+# Metrics also reported per seed, as ``<metric>/seed_<seed>`` (e.g. ``test_accuracy/seed_3``): the headline figures
+# (a sweep adds its search metrics), so per-seed curves and tables need no re-run.
+PER_SEED_METRICS = tuple(m.name for m in (*STANDARD_METRICS, *CLIENT_EVALUATION_METRICS) if m.name != "train_loss")
 
 # This trial process's idle actors, for the next trial Tune runs in it (``reuse_actors``): see WarmActors.
 WARM_ACTORS = WarmActors()
 
 
-def summarise_seeds(per_seed: list[dict]) -> dict:
+def summarise_seeds(per_seed: list[dict], seeds: list[int] | None = None,
+                    per_seed_metrics: tuple[str, ...] = PER_SEED_METRICS) -> dict:
     """Mean over seeds of every metric, plus ``<metric>_std`` (population std, ddof 0 as the thesis reports)
-    for the non-timing metrics when there are several seeds. The method's arrays (``RESULT_ARRAYS``, on the rounds
-    due) are the first seed's, as the logged partition is."""
+    for the non-timing metrics when there are several seeds, and, given the ``seeds`` (in ``per_seed`` order),
+    each of ``per_seed_metrics`` per seed as ``<metric>/seed_<seed>``. The method's arrays (``RESULT_ARRAYS``, on
+    the rounds due) are the first seed's, as the logged partition is."""
     out = {"round": int(per_seed[0]["round"])}
     keys = [k for k in per_seed[0] if k not in NOT_SUMMARISED and isinstance(per_seed[0][k], (int, float))]
     for key in keys:
@@ -37,6 +44,8 @@ def summarise_seeds(per_seed: list[dict]) -> dict:
         out[key] = float(values.mean())
         if len(per_seed) > 1 and not key.endswith("seconds"):
             out[f"{key}_std"] = float(values.std())
+        if seeds is not None and key in per_seed_metrics:
+            out.update({per_seed_key(key, seed): float(m[key]) for seed, m in zip(seeds, per_seed) if key in m})
     if per_seed[0].get(RESULT_ARRAYS):
         out[RESULT_ARRAYS] = per_seed[0][RESULT_ARRAYS]
     return out
@@ -73,26 +82,35 @@ def stop_federations(federations: list[Federation], keep_warm: bool = False) -> 
         f.placement.release()
 
 
-def run_one_round(federations: list[Federation], cache) -> dict:
+def _seeds(federations: list[Federation]) -> list[int]:
+    return [f.config.seed for f in federations]
+
+
+def run_one_round(federations: list[Federation], cache, per_seed_metrics: tuple[str, ...] = PER_SEED_METRICS) -> dict:
     """The one-round analysis (``mode: one_round``) for every seed, client stages from the stage cache."""
     per_seed = [f.run_one_round_cached(cache, one_round_stage(f.config)) for f in federations]
-    metrics = summarise_seeds(per_seed)
+    metrics = summarise_seeds(per_seed, _seeds(federations), per_seed_metrics)
     metrics["client_stage_cached"] = float(np.mean([m["client_stage_cached"] for m in per_seed]))
     return metrics
 
 
-def run_rounds(federations: list[Federation], rounds: int, first_round: int = 0):
-    """Yield the seed-summarised metrics of each round; all seeds' rounds run concurrently, and each round's
-    clients start training while the previous round is evaluated and reported (see Federation.start_round)."""
+def run_rounds(federations: list[Federation], rounds: int, first_round: int = 0,
+               per_seed_metrics: tuple[str, ...] = PER_SEED_METRICS):
+    """Yield the seed-summarised metrics of each round (see :func:`summarise_seeds`); all seeds' rounds run
+    concurrently, and each round's clients start training while the previous round is evaluated and reported (see
+    Federation.start_round)."""
     for r in range(first_round, rounds):
         refs = [f.start_round(launch_next=r + 1 < rounds) for f in federations]
-        yield summarise_seeds([f.finish_round(ref) for f, ref in zip(federations, refs)])
+        yield summarise_seeds([f.finish_round(ref) for f, ref in zip(federations, refs)], _seeds(federations),
+                              per_seed_metrics)
 
 
 def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: SharedData | None = None,
-                checkpoint_every: int = 0, cache_root: str | None = None, use_cache: bool = True) -> None:
+                checkpoint_every: int = 0, cache_root: str | None = None, use_cache: bool = True,
+                search_metrics: tuple[str, ...] = ()) -> None:
     """Run one trial; with ``checkpoint_every`` > 0 it checkpoints every that many rounds and resumes from
-    the latest checkpoint when Tune restores it (``platform.sweep --resume``)."""
+    the latest checkpoint when Tune restores it (``platform.sweep --resume``). ``search_metrics`` are reported per
+    seed besides the headline metrics."""
     params = trial_config.get("params", trial_config)
     config = build_experiment(apply_overrides(base, params))
     one_round = config.mode == "one_round"
@@ -104,7 +122,8 @@ def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: Sha
         raise
     clean = False
     try:
-        _run_trial(federations, config, one_round, checkpoint_every, cache_root, use_cache)
+        per_seed_metrics = tuple(dict.fromkeys((*PER_SEED_METRICS, *search_metrics)))
+        _run_trial(federations, config, one_round, checkpoint_every, cache_root, use_cache, per_seed_metrics)
         clean = True
     except SystemExit:  # Tune stopped the trial at a report (an early stop): the actors are sound
         clean = True
@@ -116,16 +135,16 @@ def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: Sha
 
 
 def _run_trial(federations: list[Federation], config, one_round: bool, checkpoint_every: int,
-               cache_root: str | None, use_cache: bool) -> None:
+               cache_root: str | None, use_cache: bool, per_seed_metrics: tuple[str, ...]) -> None:
     if one_round:
-        tune.report(run_one_round(federations, open_cache(cache_root, use_cache)))
+        tune.report(run_one_round(federations, open_cache(cache_root, use_cache), per_seed_metrics))
         return
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
             for i, f in enumerate(federations):
                 f.load(os.path.join(directory, f"seed_{i}.pt"))
-    for metrics in run_rounds(federations, config.rounds, federations[0].round):
+    for metrics in run_rounds(federations, config.rounds, federations[0].round, per_seed_metrics):
         round_index = metrics["round"]
         if checkpoint_every and (round_index % checkpoint_every == 0 or round_index == config.rounds):
             with tempfile.TemporaryDirectory() as directory:

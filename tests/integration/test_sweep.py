@@ -12,6 +12,7 @@ FAST_SPACE = {
     "parameters": {
         "algorithm.name": {"choice": ["fedavg", "fedprox"]},
         "algorithm.mu": {"choice": [0.01, 0.1], "when": {"algorithm.name": "fedprox"}},
+        "clients.momentum": {"choice": [0.5], "when": {"algorithm.name": "fedavg"}},
         "clients.lr": {"grid": [0.05]},
     },
     "search": {"searcher": "grid", "num_samples": 1, "seeds": [0, 1], "metric": "test_accuracy", "mode": "max"},
@@ -50,6 +51,38 @@ def test_smoke_sweep_writes_parent_and_child_runs(ray_local, tracking_uri, tmp_p
             assert "algorithm.mu" not in child.data.params
         else:
             assert 0.001 <= float(child.data.params["algorithm.mu"]) <= 1.0
+        # named from its swept values; the headline metrics per seed beside the mean
+        assert child.info.run_name.split()[0] == child.data.params["algorithm.name"]
+        assert f"lr={float(child.data.params['clients.lr']):.4g}" in child.info.run_name
+        assert child.data.metrics["test_accuracy/seed_0"] == child.data.metrics["test_accuracy"]
+    _check_answer_is_published(client, parent, children, out)
+
+
+def _check_answer_is_published(client, parent, children, out):
+    """The parent names the best trial (description, params, tag), the printed deep link's view exists, and the
+    persistent Optuna study holds every trial with its MLflow run and plots on the parent."""
+    import optuna
+
+    best = max(children, key=lambda c: c.data.metrics["final_val_accuracy"])
+    assert parent.data.tags["best_trial_run_id"] == best.info.run_id
+    for key in ("algorithm.name", "clients.lr"):
+        assert parent.data.params[f"best.{key}"] == best.data.params[key]
+    note = parent.data.tags["mlflow.note.content"]
+    assert f"[{best.info.run_name}](#/experiments/{parent.info.experiment_id}/runs/{best.info.run_id})" in note
+    assert "`algorithm.mu`: loguniform" in note and "**Status:** completed" in note
+    link = next(line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("open: "))
+    key = link.split("viewStateShareKey=")[1].split("&")[0]
+    experiment = client.get_experiment(parent.info.experiment_id)
+    assert f"mlflow.sharedViewState.{key}" in experiment.tags and "workflowType=machine_learning" in link
+    storage = next(line for line in out.splitlines() if line.startswith("optuna: ")).split()[2]
+    study = optuna.load_study(study_name=parent.data.tags["fedsweep.optuna_studies"], storage=storage)
+    assert sorted(t.user_attrs["mlflow_run_id"] for t in study.trials) == sorted(c.info.run_id for c in children)
+    for trial in study.trials:
+        child = next(c for c in children if c.info.run_id == trial.user_attrs["mlflow_run_id"])
+        assert trial.value == child.data.metrics["final_val_accuracy"]
+        assert max(trial.intermediate_values) == child.data.metrics["rounds_completed"]
+    plots = {a.path for a in client.list_artifacts(parent.info.run_id, "optuna")}
+    assert {"optuna/optuna_plots.html", "optuna/optimization_history.png"} <= plots
 
 
 def test_grid_with_conditional_parameter_and_seeds(ray_local, tracking_uri, tmp_path, capsys):
@@ -70,6 +103,11 @@ def test_grid_with_conditional_parameter_and_seeds(ray_local, tracking_uri, tmp_
         std = client.get_metric_history(child.info.run_id, "test_accuracy_std")
         assert len(std) == 3 and all(m.value >= 0 for m in std)
         assert child.data.params["search.seeds"] == "[0, 1]"
+        # an inactive conditional parameter (momentum is swept for fedavg only) is not logged
+        assert ("clients.momentum" in child.data.params) == (child.data.params["algorithm.name"] == "fedavg")
+        per_seed = [child.data.metrics[f"test_accuracy/seed_{s}"] for s in (0, 1)]
+        assert child.data.metrics["test_accuracy"] == pytest.approx(sum(per_seed) / 2)
+        assert child.data.metrics["test_accuracy_std"] == pytest.approx(abs(per_seed[0] - per_seed[1]) / 2)
     assert "over 2 seeds" in out
 
 
@@ -131,3 +169,33 @@ def test_interrupted_sweep_resumes_without_duplicate_rounds(tmp_path):
         steps = [m.step for m in client.get_metric_history(child.info.run_id, "test_accuracy")]
         assert steps == list(range(1, 7)), steps
         assert child.data.tags["status"] == "completed"
+
+
+def test_trial_stopped_by_asha_is_tagged_with_its_round(ray_local, tracking_uri, tmp_path, capsys):
+    """A trial ASHA stops ends "early-stopped" with the round it stopped at as a tag, and is PRUNED (with its
+    rounds' values) in the persistent Optuna study."""
+    import optuna
+
+    from platform.sweep import main
+
+    space = {**FAST_SPACE, "parameters": {"clients.lr": {"grid": [0.05, 0.00001]}},
+             "base": {**FAST_SPACE["base"], "rounds": 3},
+             "search": {"searcher": "grid", "num_samples": 1, "seeds": [0], "metric": "val_accuracy", "mode": "max",
+                        "max_concurrent_trials": 1, "scheduler": {"kind": "asha", "grace_period": 2}}}
+    path = tmp_path / "stopped.yaml"
+    path.write_text(yaml.safe_dump(space))
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    rc = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune"),
+               "--optuna-storage", storage])
+    capsys.readouterr()
+    assert rc == 0
+    _, runs = mlflow_runs(tracking_uri, "stopped")
+    children = {r.data.params["clients.lr"]: r for r in runs if "mlflow.parentRunId" in r.data.tags}
+    slow = children["1e-05"]  # barely moves: below the first trial at ASHA's rung (round 2)
+    assert slow.data.tags["status"] == "early-stopped" and slow.data.tags["stopped_early_at_round"] == "2"
+    assert children["0.05"].data.tags["status"] == "completed"
+    assert "stopped_early_at_round" not in children["0.05"].data.tags
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    study = optuna.load_study(study_name=parent.data.tags["fedsweep.optuna_studies"], storage=storage)
+    states = {t.params["clients.lr"]: t.state for t in study.trials}
+    assert states == {0.05: optuna.trial.TrialState.COMPLETE, 0.00001: optuna.trial.TrialState.PRUNED}

@@ -1,0 +1,203 @@
+"""A sweep's persistent Optuna study: every finished trial, with its per-round values, in an RDB that
+``optuna-dashboard`` and ``optuna.load_study`` open.
+
+The study is the record of the sweep, whatever its searcher (TPE, random or grid): the Tune callback adds each
+trial when it ends (:meth:`StudyRecorder.record`), COMPLETE with its last value of the search metric(s), PRUNED
+when ASHA stopped it early, FAIL when it failed, with the search metric per round as intermediate values and the
+MLflow run as user attributes. The sampler keeps its own in-memory study (Tune pickles it for ``--resume``); a
+resumed sweep reopens the same study name, so its history continues.
+
+Storage: ``--optuna-storage URL``, else ``$FEDSWEEP_OPTUNA_STORAGE``, else ``sqlite:///optuna.db`` beside a SQLite
+MLflow store (not inside it: both keep an ``alembic_version`` table), else in the results home. Study names are
+the sweep's Tune experiment name (``<space>-<time>``), with ``/cell-NNN`` per scenario cell.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import Any, Optional
+
+STUDY_FILE = "optuna.db"
+ENV_STORAGE = "FEDSWEEP_OPTUNA_STORAGE"
+
+
+def storage_url(tracking_uri: str, cli_url: Optional[str] = None) -> str:
+    """Where the sweep's studies go (see the module doc)."""
+    url = cli_url or os.environ.get(ENV_STORAGE)
+    if url:
+        return url
+    if tracking_uri.startswith("sqlite:///"):
+        directory = os.path.dirname(os.path.abspath(tracking_uri[len("sqlite:///"):]))
+    else:
+        from platform.tracking import results_home
+
+        directory = results_home()
+    return f"sqlite:///{os.path.join(directory, STUDY_FILE)}"
+
+
+def check_storage(url: str) -> None:
+    """Fail early, with one line naming the option, when the storage URL cannot be opened."""
+    from platform.errors import UserError
+
+    if "://" not in url:
+        raise UserError(f"--optuna-storage: {url!r} is not an RDB URL (e.g. sqlite:///optuna.db, "
+                        f"postgresql://user@host/db)")
+    if url.startswith("sqlite:///"):
+        directory = os.path.dirname(os.path.abspath(url[len("sqlite:///"):]))
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            raise UserError(f"--optuna-storage: directory {directory} does not exist or is not writable")
+
+
+def dashboard_command(url: str) -> str:
+    return f"optuna-dashboard {url}"
+
+
+def optuna_distribution(dist):
+    """The Optuna distribution of one of the space's parameters (:class:`platform.search_space.Distribution`)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if dist.kind in ("choice", "grid"):
+        return CategoricalDistribution(list(dist.args))
+    if dist.kind == "int":
+        return IntDistribution(int(dist.args[0]), int(dist.args[1]))
+    return FloatDistribution(float(dist.args[0]), float(dist.args[1]), log=dist.kind == "loguniform")
+
+
+class StudyRecorder:
+    """Adds a sweep's (or a scenario cell's) finished trials to its persistent study. Pickles with the Tune callback
+    (the storage is reopened lazily)."""
+
+    def __init__(self, url: str, study_name: str, objectives: list[tuple[str, str]], parameters: dict):
+        self.url = url
+        self.study_name = study_name
+        self.objectives = list(objectives)
+        self.parameters = parameters
+        self._study = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_study": None}
+
+    @property
+    def study(self):
+        if self._study is None:
+            import optuna
+
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+            self._study = optuna.create_study(
+                storage=self.url, study_name=self.study_name, load_if_exists=True,
+                directions=["maximize" if mode == "max" else "minimize" for _, mode in self.objectives])
+        return self._study
+
+    def record(self, params: dict, last: dict, history: dict, state: str, attrs: dict) -> None:
+        """Add one ended trial. ``last``: its last reported metrics; ``history``: {round: search metric value};
+        ``state``: "complete", "pruned" or "fail"; ``attrs``: user attributes (run id, run name, status...)."""
+        import optuna
+        from optuna.trial import TrialState, create_trial
+
+        values = [last.get(metric) for metric, _ in self.objectives]
+        finite = all(isinstance(v, (int, float)) and v == v and abs(v) != float("inf") for v in values)
+        trial_state = {"complete": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "fail": TrialState.FAIL}[state]
+        if trial_state == TrialState.COMPLETE and not finite:
+            trial_state = TrialState.FAIL  # a diverged trial (NaN) has no value to rank
+        distributions = {k: optuna_distribution(self.parameters[k]) for k in params if k in self.parameters}
+        intermediate = ({int(r): float(v) for r, v in history.items() if v == v and abs(v) != float("inf")}
+                        if len(self.objectives) == 1 else {})
+        try:
+            trial = create_trial(
+                params={k: params[k] for k in distributions}, distributions=distributions,
+                values=[float(v) for v in values] if trial_state == TrialState.COMPLETE else None,
+                intermediate_values=intermediate, state=trial_state,
+                user_attrs={k: _attr(v) for k, v in attrs.items()})
+            self.study.add_trial(trial)
+        except (ValueError, optuna.exceptions.OptunaError) as err:  # the record must not fail a sweep
+            print(f"warning: trial not recorded in Optuna study {self.study_name}: {err}", file=sys.stderr)
+
+
+def _attr(value: Any):
+    return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
+
+
+def load_study(url: str, study_name: str):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name=study_name, storage=url)
+
+
+# ---- Optuna's plots of a study, for the sweep's parent run ----
+
+PLOTS = ("optimization_history", "param_importances", "slice", "contour")
+
+
+def write_study_plots(study, directory: str, title: str, target_names: list[str]) -> list[str]:
+    """Optuna's history, parameter-importance, slice and contour plots of ``study`` in ``directory``: one HTML page
+    holding every interactive (plotly) plot, with plotly.js embedded once so it opens offline, and a PNG of each
+    (Optuna's matplotlib backend). A plot the study cannot support (too few trials, one parameter for a contour) is
+    left out with its reason in the HTML. Returns the files written."""
+    with warnings.catch_warnings():  # importance-accuracy and layout notes: the plots are drawn regardless
+        warnings.simplefilter("ignore")
+        return _write_study_plots(study, directory, title, target_names)
+
+
+def _write_study_plots(study, directory: str, title: str, target_names: list[str]) -> list[str]:
+    import optuna.visualization as vis
+    from optuna.trial import TrialState
+
+    os.makedirs(directory, exist_ok=True)
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    params = sorted({k for t in complete for k in t.params})
+    varied = [k for k in params if len({repr(t.params.get(k)) for t in complete}) > 1]
+    sections, written, plotly_embedded = [], [], False
+    for objective, name in enumerate(target_names):
+        target = (lambda t, i=objective: t.values[i]) if len(target_names) > 1 else None
+        suffix = f"_{name}" if len(target_names) > 1 else ""
+        for plot in PLOTS:
+            reason = _unsupported(plot, complete, varied)
+            heading = f"{plot.replace('_', ' ')} ({name})"
+            if reason:
+                sections.append(f"<h2>{heading}</h2><p>not drawn: {reason}</p>")
+                continue
+            kwargs = {"target": target, "target_name": name}
+            if plot in ("slice", "contour"):
+                kwargs["params"] = varied
+            try:
+                figure = getattr(vis, f"plot_{plot}")(study, **kwargs)
+                sections.append(f"<h2>{heading}</h2>" + figure.to_html(full_html=False,
+                                                                        include_plotlyjs=not plotly_embedded))
+                plotly_embedded = True
+                png = os.path.join(directory, f"{plot}{suffix}.png")
+                _matplotlib_plot(plot, study, kwargs, png)
+                written.append(png)
+            except Exception as err:  # noqa: BLE001 - a plot must not fail the sweep; say why it is missing
+                sections.append(f"<h2>{heading}</h2><p>not drawn: {type(err).__name__}: {err}</p>")
+    html = os.path.join(directory, "optuna_plots.html")
+    with open(html, "w") as fh:
+        fh.write(f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head><body>"
+                 f"<h1>{title}</h1>{''.join(sections)}</body></html>")
+    return [html, *written]
+
+
+def _unsupported(plot: str, complete: list, varied: list[str]) -> Optional[str]:
+    if len(complete) < 2:
+        return f"{len(complete)} complete trial(s); needs 2"
+    if plot in ("param_importances", "slice") and not varied:
+        return "no swept parameter varies across the complete trials"
+    if plot == "contour" and len(varied) < 2:
+        return f"needs 2 varied parameters, the study has {len(varied)}"
+    return None
+
+
+def _matplotlib_plot(plot: str, study, kwargs: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import optuna.visualization.matplotlib as mvis
+
+    axes = getattr(mvis, f"plot_{plot}")(study, **kwargs)
+    figure = (axes.flat[0] if hasattr(axes, "flat") else axes).get_figure()
+    figure.set_size_inches(max(figure.get_size_inches()[0], 8), max(figure.get_size_inches()[1], 5))
+    figure.tight_layout()
+    figure.savefig(path, format="png", dpi=100)
+    plt.close(figure)
