@@ -429,12 +429,14 @@ def _front_csv(front: list[dict]) -> str:
     import io
 
     params = list(dict.fromkeys(k for row in front for k in row["params"]))
-    values = list(dict.fromkeys(k for row in front for k in row if k not in ("trial", "run_id", "round", "params")))
+    values = list(dict.fromkeys(k for row in front for k in row
+                                if k not in ("trial", "name", "run_id", "round", "params")))
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["trial", "run_id", "round", *values, *params])
+    writer.writerow(["trial", "name", "run_id", "round", *values, *params])
     for row in front:
-        writer.writerow([row["trial"], row["run_id"] or "", row["round"], *(row.get(k, "") for k in values),
+        writer.writerow([row["trial"], row.get("name", ""), row["run_id"] or "", row["round"],
+                         *(row.get(k, "") for k in values),
                          *(row["params"].get(k, "") for k in params)])
     return out.getvalue()
 

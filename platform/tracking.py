@@ -431,12 +431,24 @@ def _short(value: Any) -> str:
     return str(value)
 
 
+def _dependency_order(parameters: dict, params: dict) -> list[str]:
+    """The drawn keys in the space's order, each conditional parameter right after the parameters its ``when``
+    names (``fedprox mu=0.01 lr=0.05``, not ``fedprox lr=0.05 mu=0.01``)."""
+    order: list[str] = []
+    for key, dist in parameters.items():
+        if key not in params:
+            continue
+        after = [order.index(k) for k in getattr(dist, "when", {}) if k in order]
+        order.insert(max(after) + 1 if after else len(order), key)
+    return order
+
+
 def trial_run_name(params: dict, parameters: dict, cell: Optional[dict] = None) -> str:
     """A trial's run name from its swept values, e.g. ``fedprox mu=0.01 lr=0.05``: a categorical string value
     stands alone, every other value is ``<last key part>=<value>`` (the full key where two parameters share a last
     part); a scenario cell's values lead in brackets, e.g. ``[alpha=0.1] beta=3``. ``parameters``: the space's
     swept parameters (their order)."""
-    keys = [*(cell or {}), *(k for k in parameters if k in params), *(k for k in params if k not in parameters)]
+    keys = [*(cell or {}), *_dependency_order(parameters, params), *(k for k in params if k not in parameters)]
     leaves = [k.rsplit(".", 1)[-1] for k in keys]
 
     def label(key: str, value: Any) -> str:

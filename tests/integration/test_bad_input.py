@@ -20,6 +20,8 @@ CASES = {
     "missing data root": (["platform.sweep", "smoke", "--set", "dataset.name=mnist", "--set",
                            "dataset.root=/no/such/dir"], "dataset.root: data root '/no/such/dir' does not exist"),
     "bad num samples": (["platform.sweep", "smoke", "--num-samples", "0"], "--num-samples"),
+    "optuna storage not a URL": (["platform.sweep", "smoke", "--optuna-storage", "optuna.db"],
+                                 "--optuna-storage: 'optuna.db' is not an RDB URL"),
     "fedaux epsilon <= 0": (["platform.sweep", "fedaux_dp", "--set", "algorithm.epsilon=0"],
                             "algorithm.epsilon: must be > 0"),
     "fedaux delta not in (0, 1)": (["platform.sweep", "fedaux_dp", "--set", "algorithm.delta=1"],

@@ -65,7 +65,7 @@ def test_grid_multiobjective_logs_the_pareto_front(ray_local, tracking_uri, tmp_
         assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
     with open(f"{directory}/pareto_front.csv") as fh:
         csv_lines = fh.read().strip().splitlines()
-    assert csv_lines[0].startswith("trial,run_id,round,val_accuracy,") and len(csv_lines) == len(front) + 1
+    assert csv_lines[0].startswith("trial,name,run_id,round,val_accuracy,") and len(csv_lines) == len(front) + 1
 
     finals = {c.info.run_id: (c.data.metrics["final_val_accuracy"], c.data.metrics["final_train_loss"])
               for c in children}

@@ -63,12 +63,14 @@ def _check_answer_is_published(client, parent, children, out):
     persistent Optuna study holds every trial with its MLflow run and plots on the parent."""
     import optuna
 
+    from platform.mlflow_ui import run_link
+
     best = max(children, key=lambda c: c.data.metrics["final_val_accuracy"])
     assert parent.data.tags["best_trial_run_id"] == best.info.run_id
     for key in ("algorithm.name", "clients.lr"):
         assert parent.data.params[f"best.{key}"] == best.data.params[key]
     note = parent.data.tags["mlflow.note.content"]
-    assert f"[{best.info.run_name}](#/experiments/{parent.info.experiment_id}/runs/{best.info.run_id})" in note
+    assert f"[{best.info.run_name}]({run_link(parent.info.experiment_id, best.info.run_id)})" in note
     assert "`algorithm.mu`: loguniform" in note and "**Status:** completed" in note
     link = next(line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("open: "))
     key = link.split("viewStateShareKey=")[1].split("&")[0]

@@ -1,0 +1,77 @@
+"""What a sweep publishes besides its runs: trial names, the parent's description, the persistent Optuna study and
+its plots (no Ray: a real Optuna SQLite storage in tmp_path)."""
+import optuna
+import pytest
+
+from platform.mlflow_ui import run_link
+from platform.optuna_store import StudyRecorder, load_study, storage_url, write_study_plots
+from platform.search_space import load_search_space
+from platform.sweep_outputs import SweepAnswer, description
+from platform.tracking import trial_run_name
+
+
+@pytest.fixture
+def smoke():
+    return load_search_space("smoke", {}, None)
+
+
+def test_trial_names_come_from_the_swept_values(smoke):
+    params = {"algorithm.name": "fedprox", "algorithm.mu": 0.0123456, "clients.lr": 0.05}
+    assert trial_run_name(params, smoke.parameters) == "fedprox mu=0.01235 lr=0.05"
+    assert trial_run_name({"clients.lr": 0.05}, smoke.parameters, {"partition.alpha": 0.1}) == "[alpha=0.1] lr=0.05"
+    assert trial_run_name({}, {}) == "base config"
+    # two swept keys with the same last part keep their full names
+    assert trial_run_name({"clients.lr": 0.1, "server.lr": 1.0}, {}) == "clients.lr=0.1 server.lr=1"
+
+
+def test_description_names_the_best_trial_with_a_link(smoke):
+    best = {"run_id": "abc", "name": "fedavg lr=0.05", "val_accuracy": 0.91, "val_accuracy_std": 0.02,
+            "test_accuracy": 0.9, "round": 10, "params": {"algorithm.name": "fedavg", "clients.lr": 0.05}}
+    text = description(smoke, "7", SweepAnswer(status="completed", best=best, studies=["smoke-1"]))
+    assert f"[fedavg lr=0.05]({run_link('7', 'abc')}) with val_accuracy 0.9100 ± 0.0200 at round 10" in text
+    assert "test_accuracy 0.9000" in text and "- `clients.lr` = 0.05" in text
+    assert "`algorithm.mu`: loguniform [0.001, 1.0] when algorithm.name = fedprox" in text
+    assert "Best trial" not in description(smoke, "7", SweepAnswer())  # a sweep just started: the question only
+
+
+def test_study_records_every_state_and_draws_its_plots(smoke, tmp_path):
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    recorder = StudyRecorder(url, "smoke-1", smoke.search.objectives, smoke.parameters)
+    draws = [({"algorithm.name": "fedavg", "clients.lr": 0.01}, 0.5, "complete"),
+             ({"algorithm.name": "fedprox", "algorithm.mu": 0.1, "clients.lr": 0.1}, 0.7, "complete"),
+             ({"algorithm.name": "fedprox", "algorithm.mu": 0.01, "clients.lr": 0.05}, 0.6, "complete"),
+             ({"algorithm.name": "fedavg", "clients.lr": 0.005}, 0.2, "pruned"),
+             ({"algorithm.name": "fedavg", "clients.lr": 0.2}, float("nan"), "complete"),  # diverged
+             ({"algorithm.name": "fedavg", "clients.lr": 0.02}, None, "fail")]
+    for i, (params, value, state) in enumerate(draws):
+        recorder.record(params, {"val_accuracy": value}, {1: 0.1, 2: value} if value is not None else {}, state,
+                        {"mlflow_run_id": f"run{i}"})
+    study = load_study(url, "smoke-1")  # a fresh connection: what optuna-dashboard sees
+    states = [t.state.name for t in study.trials]
+    assert states == ["COMPLETE", "COMPLETE", "COMPLETE", "PRUNED", "FAIL", "FAIL"]
+    assert [t.value for t in study.trials[:3]] == [0.5, 0.7, 0.6] and study.best_trial.user_attrs["mlflow_run_id"] == "run1"
+    assert study.trials[3].intermediate_values == {1: 0.1, 2: 0.2}
+    assert "algorithm.mu" not in study.trials[0].params  # inactive: not a param of that trial
+    files = write_study_plots(study, str(tmp_path / "plots"), "smoke", ["val_accuracy"])
+    html = open(files[0]).read()
+    assert files[0].endswith("optuna_plots.html") and html.count("<h2>") == 4 and "plotly" in html
+    pngs = [f for f in files if f.endswith(".png")]
+    assert len(pngs) == 4 and all(open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+def test_a_study_too_small_to_plot_says_why(smoke, tmp_path):
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    StudyRecorder(url, "one", smoke.search.objectives, smoke.parameters).record(
+        {"algorithm.name": "fedavg", "clients.lr": 0.01}, {"val_accuracy": 0.5}, {}, "complete", {})
+    files = write_study_plots(optuna.load_study(study_name="one", storage=url), str(tmp_path), "one",
+                              ["val_accuracy"])
+    assert files == [str(tmp_path / "optuna_plots.html")]
+    assert "not drawn: 1 complete trial(s); needs 2" in open(files[0]).read()
+
+
+def test_storage_defaults_beside_a_sqlite_mlflow_store(tmp_path, monkeypatch):
+    monkeypatch.delenv("FEDSWEEP_OPTUNA_STORAGE", raising=False)
+    assert storage_url(f"sqlite:///{tmp_path}/mlflow.db") == f"sqlite:///{tmp_path}/optuna.db"
+    assert storage_url("sqlite:///x.db", "postgresql://h/db") == "postgresql://h/db"
+    monkeypatch.setenv("FEDSWEEP_OPTUNA_STORAGE", "sqlite:///elsewhere.db")
+    assert storage_url(f"sqlite:///{tmp_path}/mlflow.db") == "sqlite:///elsewhere.db"
