@@ -1,0 +1,209 @@
+"""The deep link a sweep prints, opened in a real browser: a finished tiny smoke sweep (real Ray, real SQLite
+store), a real ``mlflow server`` on that store, headless Chromium. The link must open the sweep's trials -- not
+its parent -- in the machine-learning runs table, with the swept params and the search metric as columns and
+sorted best first; the parent run's description must name the best trial and link to it."""
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+pytest.importorskip("selenium")
+
+from platform.mlflow_ui import free_port, run_link, start_server, stop_server, wait_for_server  # noqa: E402
+
+SWEPT = ["algorithm.name", "algorithm.mu", "clients.lr"]  # search_spaces/smoke.yaml
+METRIC = "val_accuracy"
+TRIALS = 3
+WAIT_S = 60  # the first page load compiles MLflow's JavaScript: seconds on a busy 2-CPU machine
+NO_BROWSER = "no chromium/chromedriver: apt install chromium chromium-driver"
+
+
+def start_chromium(width: int = 1920, height: int = 1080):
+    """Headless Chromium through /usr/bin/chromedriver (else whatever chromedriver is on PATH, else
+    selenium-manager); skips the test when there is no browser."""
+    from selenium import webdriver
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={width},{height}"):
+        options.add_argument(arg)
+    browser_path = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+    if browser_path is None:
+        pytest.skip(NO_BROWSER)
+    options.binary_location = browser_path
+    driver_path = "/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else shutil.which("chromedriver")
+    if driver_path:
+        driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    else:
+        try:  # selenium-manager (shipped with selenium) finds a matching driver, or downloads one if it can
+            driver = webdriver.Chrome(options=options)
+        except WebDriverException as err:
+            pytest.skip(f"{NO_BROWSER} ({type(err).__name__}: {str(err).splitlines()[0]})")
+    # MLflow's assistant panel opens on a first visit and squeezes the runs table: start as a returning user
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": (
+        "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true');"
+        "localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');")})
+    return driver
+
+
+@dataclass
+class Sweep:
+    stdout: str
+    experiment_id: str
+    parent_id: str
+    children: dict  # run id -> mlflow Run
+    link: str  # the printed deep link, pointed at the test's server
+    ui: str  # the test's server
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = start_chromium()
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """An empty, initialised SQLite store (so that the server and the sweep never race to create its tables)."""
+    from mlflow.tracking import MlflowClient
+
+    root = tmp_path_factory.mktemp("ui_store")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    MlflowClient(tracking_uri=uri).search_experiments()
+    return root, uri
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(store):
+    """``mlflow server`` on the store, started now and always stopped; the sweep runs while it boots."""
+    root, uri = store
+    port, log = free_port(), str(root / "mlflow_server.log")
+    process = start_server(uri, port, log, cwd=str(root))
+    try:
+        yield f"http://127.0.0.1:{port}", process, log
+    finally:
+        stop_server(process)
+
+
+@pytest.fixture(scope="module")
+def sweep(store, mlflow_server, ray_local) -> Sweep:
+    from mlflow.tracking import MlflowClient
+
+    from platform.sweep import main
+
+    root, uri = store
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # smoke's ASHA grace period is 3 rounds: the shortest sweep it takes
+        rc = main(["smoke", "--tracking-uri", uri, "--storage-path", str(root / "tune"), "--cache-dir",
+                   str(root / "cache"), "--num-samples", str(TRIALS), "--set", "rounds=3"])
+    stdout = out.getvalue()
+    assert rc == 0, stdout
+    printed = re.findall(r"^open: (\S+)$", stdout, re.MULTILINE)
+    assert len(printed) == 1 and printed[0].startswith("http://127.0.0.1:5000/#/experiments/"), stdout
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.get_experiment_by_name("smoke").experiment_id
+    runs = client.search_runs([experiment_id], max_results=100)
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = {r.info.run_id: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    assert len(children) == TRIALS and all(r.info.status == "FINISHED" for r in children.values()), stdout
+
+    ui, process, log = mlflow_server
+    wait_for_server(ui, process, log)
+    link = urlunsplit(urlsplit(printed[0])._replace(netloc=urlsplit(ui).netloc))
+    return Sweep(stdout, experiment_id, parent.info.run_id, children, link, ui)
+
+
+def wait(driver, seconds: float = WAIT_S):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, seconds)
+
+
+def runs_table(driver) -> list[tuple[str, str]]:
+    """(run id, shown val_accuracy) per row of the runs table, top to bottom, once it shows every run its footer
+    counts ("N matching runs") and the shared view's filter is applied; [] until then."""
+    from selenium.webdriver.common.by import By
+
+    if "searchFilter=" not in driver.current_url:
+        return []
+    footer = re.search(r"(\d+) matching runs", driver.find_element(By.TAG_NAME, "body").text)
+    rows = driver.find_elements(By.CSS_SELECTOR, ".ag-pinned-left-cols-container .ag-row[row-id]")
+    if not footer or not rows or len(rows) != int(footer.group(1)):
+        return []
+    table = []
+    for row in sorted(rows, key=lambda r: int(r.get_attribute("row-index"))):
+        index, run_id = row.get_attribute("row-index"), row.get_attribute("row-id")
+        cells = driver.find_elements(By.CSS_SELECTOR, f'.ag-center-cols-container .ag-row[row-index="{index}"] '
+                                                      f'[col-id="metrics.`{METRIC}`"]')
+        if not cells or not cells[0].text.strip():
+            return []
+        table.append((run_id, cells[0].text.strip()))
+    return table
+
+
+def test_deep_link_opens_the_sweeps_trials_in_the_ml_runs_table_best_first(browser, sweep):
+    from selenium.webdriver.common.by import By
+
+    browser.get(sweep.link)
+    table = wait(browser).until(runs_table, f"the runs table of {sweep.link} never filled")
+
+    # the machine-learning view: its side bar (Runs, Models, Traces), not GenAI's (Overview, ..., Evaluation runs)
+    assert "workflowType=machine_learning" in browser.current_url
+    assert browser.find_elements(By.XPATH, "//aside//a[normalize-space()='Runs']")
+    assert not browser.find_elements(By.CSS_SELECTOR, "aside a[href*='/evaluation-runs'], aside a[href*='/overview']")
+
+    headers = {h.text.strip() for h in browser.find_elements(By.CSS_SELECTOR, ".ag-header-cell")}
+    assert set(SWEPT) | {METRIC, "Run Name"} <= headers, headers
+
+    # exactly the sweep's trials, flat (the parent neither listed nor folding them away)
+    shown_ids = [run_id for run_id, _ in table]
+    assert sorted(shown_ids) == sorted(sweep.children) and sweep.parent_id not in shown_ids
+
+    shown = [float(value) for _, value in table]
+    assert shown == sorted(shown, reverse=True), table  # best first: val_accuracy is maximised
+    for run_id, value in zip(shown_ids, shown):
+        assert math.isclose(value, sweep.children[run_id].data.metrics[METRIC], abs_tol=1e-3), (run_id, value)
+
+
+def test_parent_run_description_names_the_best_trial_and_links_to_it(browser, sweep):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+
+    top = max(r.data.metrics[METRIC] for r in sweep.children.values())
+    winners = {run_id: r.info.run_name for run_id, r in sweep.children.items() if r.data.metrics[METRIC] == top}
+
+    browser.get(f"{sweep.ui}/{run_link(sweep.experiment_id, sweep.parent_id)}")
+    description = wait(browser).until(ec.presence_of_element_located(
+        (By.CSS_SELECTOR, "[data-testid='note-editor-preview-content']")))
+    for show_more in browser.find_elements(By.XPATH, "//button[normalize-space()='Show more']"):
+        show_more.click()  # the UI folds descriptions taller than 100 px
+    links = wait(browser).until(lambda _: description.find_elements(By.CSS_SELECTOR, "a[href*='/runs/']"))
+    best = [a for a in links if any(f"/runs/{run_id}" in a.get_attribute("href") and a.text == name
+                                    for run_id, name in winners.items())]
+    assert best, (winners, [(a.text, a.get_attribute("href")) for a in links], description.text)
+    best_id = re.search(r"/runs/(\w+)", best[0].get_attribute("href")).group(1)
+
+    # the link works from the UI: it opens (in a new tab, as the UI does for description links) the best run
+    main_tab = browser.current_window_handle
+    best[0].click()
+    wait(browser).until(lambda d: len(d.window_handles) == 2)
+    browser.switch_to.window(next(h for h in browser.window_handles if h != main_tab))
+    try:
+        wait(browser).until(ec.url_contains(f"/runs/{best_id}"))
+        assert urlsplit(browser.current_url).netloc == urlsplit(sweep.ui).netloc
+        wait(browser).until(ec.presence_of_element_located(
+            (By.XPATH, f"//*[self::h1 or self::h2 or self::h3][normalize-space()='{winners[best_id]}']")))
+    finally:
+        browser.close()
+        browser.switch_to.window(main_tab)
