@@ -38,6 +38,16 @@ value.
 ``--set KEY=VALUE`` on a swept parameter pins it too: the parameter leaves the sampler and every trial runs the
 value; parameters conditional on it (``when``) stay only where the value satisfies their condition. A space left
 with no parameter runs its base config once (searcher grid, one sample).
+
+Reference values: an optional top-level ``reference:`` block holds the paper's numbers for the question, printed next
+to ours by ``python -m platform.report`` (see :func:`parse_reference`)::
+
+    reference:
+      source: "shared/spec/feded.md §7.1, Table 4.1"
+      note: "MNIST, CNN clients; ours is embedded digits"
+      values:
+        - {label: FedED-w2, arm: {algorithm.beta: 6}, scenario: {partition.alpha: 10.0}, metric: test_accuracy,
+           value: 0.9305, std: 0.0058}
 """
 from __future__ import annotations
 
@@ -195,6 +205,7 @@ class SearchSpace:
     parameters: dict[str, Distribution]
     search: SearchConfig
     scenarios: dict = field(default_factory=dict)  # dotted config key -> tuple of values (``scenarios:``)
+    reference: Optional["Reference"] = None  # the paper's values for the question (``reference:``)
 
     @property
     def seeds(self) -> list[int]:
@@ -291,7 +302,7 @@ def find_search_space(name: str) -> str:
     raise UserError(f"unknown search space {name!r}; available: {', '.join(available_search_spaces()) or 'none'}")
 
 
-SECTIONS = ("description", "base", "parameters", "search", "resources", "scenarios")
+SECTIONS = ("description", "base", "parameters", "search", "resources", "scenarios", "reference")
 
 
 def load_search_space(name: str, overrides: dict[str, Any] | None = None,
@@ -316,6 +327,7 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
         raise ConfigError("parameters", "must map dotted config keys to distributions")
     parameters = {key: parse_distribution(key, d) for key, d in params_raw.items()}
     scenarios = parse_scenarios(raw.get("scenarios"), parameters, overrides or {})
+    reference = parse_reference(raw.get("reference"), parameters, raw.get("scenarios") or {})
     parameters = _dependency_order(parameters, scenarios)
     pinned = {k: v for k, v in (overrides or {}).items() if k in parameters}  # --set on a swept key: its value
     if pinned:
@@ -336,7 +348,7 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
             raise ConfigError(f"parameters.{bad[0]}", "the grid searcher needs choice or grid values; "
                                                       "use searcher: tpe or random for ranges")
     space = SearchSpace(os.path.splitext(os.path.basename(path))[0], os.path.abspath(path),
-                        str(raw.get("description") or ""), base, parameters, search, scenarios)
+                        str(raw.get("description") or ""), base, parameters, search, scenarios, reference)
     if scenarios:
         configs = _validate_cells(space)
     else:
@@ -345,6 +357,7 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
                                                                f"got {search.scheduler.grace_period}")
         configs = _validate_parameter_values(space)
     modes = _selection_modes(search, configs)
+    check_reference_metrics(reference, configs)
     if search.multi_objective:  # lists, whatever sequence the file gave
         search = dataclasses.replace(search, metric=search.metrics, mode=modes)
     else:
@@ -545,3 +558,125 @@ def grid_points(space: SearchSpace) -> list[dict]:
                 expanded.append(point)
         points = expanded
     return points
+
+
+@dataclass(frozen=True)
+class ReferenceValue:
+    """One number of the paper: ``metric`` (in the platform's unit: accuracies are fractions) for the trials whose
+    swept values match ``arm`` in scenario cell ``scenario`` (both may be empty: every trial)."""
+    metric: str
+    value: float
+    std: Optional[float] = None
+    arm: dict = field(default_factory=dict)  # swept parameter -> value
+    scenario: dict = field(default_factory=dict)  # scenario key -> value
+    label: str = ""  # the paper's row, e.g. "FedED-w2"
+
+
+@dataclass(frozen=True)
+class Reference:
+    source: str  # where the numbers come from, e.g. "shared/spec/feded.md §7.1, Table 4.1"
+    note: str  # how the paper's setting differs from ours (dataset, model, scale)
+    values: tuple  # ReferenceValue, ...
+
+
+_REFERENCE_KEYS = ("source", "note", "values")
+_REFERENCE_VALUE_KEYS = ("label", "arm", "scenario", "metric", "value", "std")
+
+
+def parse_reference(raw: Any, parameters: dict[str, Distribution], scenarios: dict) -> Optional[Reference]:
+    """The ``reference:`` block: ``source`` (required), ``note``, and ``values``, a non-empty list of
+    ``{label?, arm?: {swept parameter: value}, scenario?: {scenario key: value}, metric, value, std?}``: the paper's
+    ``value`` (± ``std``) of ``metric`` for the trials with those swept values in that scenario cell. Accuracies are
+    fractions in [0, 1] like the platform's. Errors name the field, e.g. ``reference.values[1].metric``."""
+    from platform.sweep_results import is_number
+
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError("reference", f"must be a mapping with source, note and values, got {raw!r}")
+    for key in raw:
+        if key not in _REFERENCE_KEYS:
+            raise ConfigError(f"reference.{key}", f"unknown key; allowed: {', '.join(_REFERENCE_KEYS)}")
+    source, note, values = raw.get("source"), raw.get("note", ""), raw.get("values")
+    if not isinstance(source, str) or not source.strip():
+        raise ConfigError("reference.source", f"must name where the numbers come from (file, section, table), "
+                                              f"got {source!r}")
+    if not isinstance(note, str):
+        raise ConfigError("reference.note", f"must be text, got {note!r}")
+    if not isinstance(values, list) or not values:
+        raise ConfigError("reference.values", f"must be a non-empty list of {{metric, value, ...}}, got {values!r}")
+
+    def check_number(where: str, number: Any, metric: str, low: Optional[float] = None) -> float:
+        if not is_number(number) or not math.isfinite(number):
+            raise ConfigError(where, f"must be a finite number, got {number!r}")
+        if low is not None and number < low:
+            raise ConfigError(where, f"must be >= {low:g}, got {number!r}")
+        if "accuracy" in metric and not 0 <= number <= 1:
+            raise ConfigError(where, f"{metric} is a fraction in [0, 1] as the platform logs it, got {number!r} "
+                                     f"(write {number / 100:.4g} for {number}%)")
+        return float(number)
+
+    def check_values(where: str, given: Any, allowed: dict, what: str) -> dict:
+        """Keys must be the space's; a value need not be one the space runs now (a trimmed copy keeps its
+        reference: that row then finds no trial), but it must be a scalar, and a number for a range."""
+        if not isinstance(given, dict):
+            raise ConfigError(where, f"must map {what}s to values, got {given!r}")
+        for key, value in given.items():
+            if key not in allowed:
+                raise ConfigError(f"{where}.{key}", f"not a {what}; {what}s: {', '.join(map(str, allowed)) or 'none'}")
+            numeric = getattr(allowed[key], "kind", None) in ("uniform", "loguniform", "int")
+            if isinstance(value, (list, dict)) or (numeric and not is_number(value)):
+                raise ConfigError(f"{where}.{key}", f"must be {'a number' if numeric else 'one value'}, got {value!r}")
+        return dict(given)
+
+    parsed = []
+    for i, entry in enumerate(values):
+        where = f"reference.values[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(where, f"must be a mapping with metric and value, got {entry!r}")
+        for key in entry:
+            if key not in _REFERENCE_VALUE_KEYS:
+                raise ConfigError(f"{where}.{key}", f"unknown key; allowed: {', '.join(_REFERENCE_VALUE_KEYS)}")
+        metric = entry.get("metric")
+        if not isinstance(metric, str) or not metric:
+            raise ConfigError(f"{where}.metric", f"must name a metric, e.g. test_accuracy, got {metric!r}")
+        label = entry.get("label", "")
+        if not isinstance(label, str):
+            raise ConfigError(f"{where}.label", f"must be text, got {label!r}")
+        std = entry.get("std")
+        parsed.append(ReferenceValue(
+            metric=metric, value=check_number(f"{where}.value", entry.get("value"), metric),
+            std=None if std is None else check_number(f"{where}.std", std, metric, low=0.0),
+            arm=check_values(f"{where}.arm", entry.get("arm") or {}, parameters, "swept parameter"),
+            scenario=check_values(f"{where}.scenario", entry.get("scenario") or {}, scenarios or {}, "scenario key"),
+            label=label))
+    return Reference(source.strip(), note.strip(), tuple(parsed))
+
+
+def check_reference_metrics(reference: Optional[Reference], configs: list) -> None:
+    """Every reference metric is one some algorithm of the space declares (a typo would match nothing)."""
+    if reference is None:
+        return
+    from algorithms import resolve_algorithm
+    from algorithms.base import describe_metrics
+
+    declared: dict = {}
+    for name in dict.fromkeys(c.algorithm.name for c in configs):
+        declared.update(resolve_algorithm(name).declared_metrics())
+    for i, value in enumerate(reference.values):
+        if value.metric not in declared:
+            raise ConfigError(f"reference.values[{i}].metric", f"unknown metric {value.metric!r}; known: "
+                                                               f"{describe_metrics(declared)}")
+
+
+def load_reference(name: str) -> Optional[Reference]:
+    """The ``reference:`` block of search space ``name`` (validated as at load time, without building its configs);
+    None where the space has none. Raises UserError when the space is not found."""
+    path = find_search_space(name)
+    raw = load_yaml(path) or {}
+    if not isinstance(raw, dict) or raw.get("reference") is None:
+        return None
+    params_raw = raw.get("parameters") or {}
+    parameters = ({key: parse_distribution(key, d) for key, d in params_raw.items()}
+                  if isinstance(params_raw, dict) else {})
+    return parse_reference(raw.get("reference"), parameters, raw.get("scenarios") or {})

@@ -1,0 +1,677 @@
+"""A sweep's results as tables and plots, read back from the MLflow store (no Ray).
+
+:func:`load_sweep` reads one sweep (the parent run of one ``python -m platform.sweep`` invocation and its child trial
+runs, the layout of ``platform.run_schema``) into a :class:`SweepResults`: the swept parameters and their
+distributions (from the parent's ``space.*`` params), the scenario dimensions, the search metric(s) and mode(s), the
+seeds, and per trial its status, scenario cell, swept values (only those logged: an inactive conditional parameter is
+absent) and latest metric values. Per-round histories are not loaded (one query per run and metric): plots that need
+them read a few runs with :func:`metric_history`.
+
+:func:`trials_table` turns it into one row per trial × seed (per-seed values from ``<metric>/seed_<s>``, see
+:data:`PER_SEED_SEPARATOR`), plus each trial's mean and population std over its seeds of the summary metrics. Trials
+that logged no per-seed metrics (sweeps from before they existed) get one row with the mean over seeds and a null
+seed. :func:`log_sweep_artifacts` logs the table (``trials/trials.csv``, ``trials/trials.parquet``) and one
+sensitivity plot per swept parameter (``sensitivity/<parameter>.png``) to the parent run; ``python -m platform.report``
+builds its report from the same table.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+from platform.errors import UserError
+from platform.run_schema import (METRIC_ROUNDS_COMPLETED, PARAM_SCENARIO, PARAM_SEARCH, PARAM_SEEDS, PARAM_SPACE,
+                                 STATUS_RUNNING, TAG_DESCRIPTION, TAG_PARENT_RUN, TAG_SCENARIO,
+                                 TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS)
+
+PER_SEED_SEPARATOR = "/seed_"  # a trial's metric per seed: test_accuracy/seed_3 (the store contract, issue 17)
+TAG_STOPPED_EARLY = "stopped_early_at_round"  # on an early-stopped trial: the last round it ran
+TEST_METRIC = "test_accuracy"  # reported beside the selection metric, never selected on
+HEADLINE_METRICS = ("val_accuracy", "test_accuracy", "val_loss", "test_loss")
+ARTIFACT_TRIALS_CSV = "trials/trials.csv"
+ARTIFACT_TRIALS_PARQUET = "trials/trials.parquet"
+ARTIFACT_SENSITIVITY = "sensitivity"  # sensitivity/<parameter>.png
+RANGE_KINDS = ("uniform", "loguniform", "int")
+RUN_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+FIXED_COLUMNS = ("run_id", "run_name", "status", "cell")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What a sweep is made of
+
+@dataclass(frozen=True)
+class SweptParameter:
+    """A swept parameter (or a scenario dimension, ``kind`` "scenario") as the parent run recorded it."""
+    key: str
+    kind: str  # choice | grid | uniform | loguniform | int | scenario
+    values: tuple  # the candidates of choice / grid / scenario, or (low, high) of a range
+    when: tuple = ()  # ((key, value or list of values), ...): conditional on earlier parameters
+
+    @property
+    def numeric(self) -> bool:
+        """A range, or a choice/grid/scenario whose every candidate is a number: plotted against its value."""
+        return self.kind in RANGE_KINDS or (bool(self.values) and all(is_number(v) for v in self.values))
+
+    @property
+    def categorical(self) -> bool:
+        """A choice/grid/scenario with a non-numeric candidate (a name, a flag, null): an arm of the ablation."""
+        return not self.numeric
+
+    @property
+    def boolean(self) -> bool:
+        return bool(self.values) and all(isinstance(v, bool) for v in self.values)
+
+    def typed(self, text: str) -> Any:
+        """A logged value (MLflow params are strings) as this parameter's column value: float (int for ``int``),
+        bool for a flag, else the candidate's text (:func:`value_text`)."""
+        value = parse_literal(text)
+        if self.kind == "int" and is_number(value):
+            return int(value)
+        if self.numeric:
+            return float(value) if is_number(value) else None
+        candidate = next((c for c in self.values if same_value(c, value)), value)
+        if self.boolean:
+            return candidate if isinstance(candidate, bool) else None
+        return value_text(candidate)
+
+    def arrow_type(self):
+        import pyarrow as pa
+
+        if self.kind == "int":
+            return pa.int64()
+        if self.numeric:
+            return pa.float64()
+        return pa.bool_() if self.boolean else pa.string()
+
+    def x_scale(self) -> tuple[str, dict]:
+        """The sensitivity plot's x-axis: log for a log-uniform range, and for a numeric grid/choice spanning two
+        decades or more (symlog where it holds 0); linear otherwise."""
+        if self.kind == "loguniform":
+            return "log", {}
+        if self.kind in ("choice", "grid", "scenario") and self.numeric:
+            finite = [float(v) for v in self.values if math.isfinite(float(v))]
+            positive = [v for v in finite if v > 0]
+            if len(positive) >= 2 and max(positive) / min(positive) >= 100 and all(v >= 0 for v in finite):
+                return ("log", {}) if len(positive) == len(finite) else ("symlog", {"linthresh": min(positive)})
+        return "linear", {}
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str
+    mode: str  # max | min
+
+    def best(self, values: Iterable[float]) -> float:
+        return (max if self.mode == "max" else min)(values)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One child run: what it swept and the latest value of every metric it logged."""
+    run_id: str
+    run_name: str
+    status: str  # the status tag: running, completed, early-stopped, failed, interrupted
+    start_time: int
+    cell: Optional[str]  # the scenario cell's label, e.g. "partition.alpha=0.1"; None without scenarios
+    cell_number: Optional[int]
+    params: dict  # swept key -> typed value, only the parameters the trial logged
+    scenario: dict  # scenario key -> typed value
+    seeds: tuple  # the seeds it ran
+    metrics: dict  # metric key -> latest value
+    rounds_completed: Optional[int]
+
+    def per_seed(self, metric: str) -> dict[int, float]:
+        """``{seed: latest value}`` of ``<metric>/seed_<seed>``; empty where the trial logged none."""
+        prefix = metric + PER_SEED_SEPARATOR
+        out = {}
+        for key, value in self.metrics.items():
+            if key.startswith(prefix) and key[len(prefix):].lstrip("-").isdigit():
+                out[int(key[len(prefix):])] = value
+        return dict(sorted(out.items()))
+
+    def per_seed_metrics(self) -> list[str]:
+        return list(dict.fromkeys(k.split(PER_SEED_SEPARATOR)[0] for k in self.metrics if PER_SEED_SEPARATOR in k))
+
+    def summary(self, metric: str) -> tuple[Optional[float], Optional[float]]:
+        """(mean, population std) over the trial's seeds: from its per-seed values where it logged them (std None
+        with one seed), else its logged mean and ``<metric>_std``."""
+        import numpy as np
+
+        values = list(self.per_seed(metric).values())
+        if values:
+            array = np.asarray(values, dtype=float)
+            return float(array.mean()), (float(array.std(ddof=0)) if len(values) > 1 else None)
+        return self.metrics.get(metric), self.metrics.get(f"{metric}_std")
+
+
+@dataclass(frozen=True)
+class SweepResults:
+    tracking_uri: str
+    experiment_id: str
+    space: str  # the search space's name (= the MLflow experiment's)
+    parent_run_id: str
+    parent_name: str
+    status: str  # the parent's status tag
+    mlflow_status: str
+    description: str
+    parameters: dict  # key -> SweptParameter
+    scenarios: dict  # key -> SweptParameter (kind "scenario")
+    objectives: tuple  # Objective, ... (several for a multi-objective search)
+    searcher: str
+    num_samples: Optional[int]
+    seeds: tuple
+    algorithms: tuple  # the algorithm names the sweep can run (base, swept, scenario)
+    trials: tuple  # Trial, ... in (cell, start) order
+
+    @property
+    def running(self) -> bool:
+        return self.status == STATUS_RUNNING or self.mlflow_status == "RUNNING"
+
+    @property
+    def objective(self) -> Objective:
+        """The selection objective (the first one of a multi-objective search)."""
+        return self.objectives[0]
+
+    @property
+    def short_id(self) -> str:
+        return self.parent_run_id[:8]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Values as MLflow logged them
+
+_LITERAL_NAMES = {"inf": math.inf, "nan": math.nan, "None": None, "null": None, "True": True, "False": False,
+                  "true": True, "false": False}
+
+
+def parse_literal(text: str) -> Any:
+    """A logged value back as Python: numbers (``inf`` and ``nan`` too), flags, null, lists and dicts of them;
+    anything else stays the text (``"fedprox"``)."""
+    if not isinstance(text, str):
+        return text
+
+    def value(node):
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in _LITERAL_NAMES:
+            return _LITERAL_NAMES[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            operand = value(node.operand)
+            if is_number(operand):
+                return -operand if isinstance(node.op, ast.USub) else operand
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [value(e) for e in node.elts]
+        if isinstance(node, ast.Dict):
+            return {value(k): value(v) for k, v in zip(node.keys, node.values)}
+        raise ValueError(text)
+
+    try:
+        return value(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, ValueError):
+        return text
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two parameter values are the same: numbers by value (1 and 1.0, inf and inf), flags only as flags."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if is_number(a) and is_number(b):
+        return a == b or math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+    return a == b
+
+
+def value_text(value: Any) -> str:
+    """How a value is shown in tables and plots: ``null``, ``true``/``false``, numbers to 4 significant digits."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+_SPACE_PARAM = re.compile(r"^(?P<kind>[a-z]+)(?P<args>\[.*\])(?: when (?P<when>\{.*\}))?$", re.S)
+
+
+def parse_space_param(key: str, text: str) -> Optional[SweptParameter]:
+    """A parent's ``space.<key>`` param, e.g. ``loguniform[0.001, 1.0] when {'algorithm.name': 'fedprox'}``."""
+    match = _SPACE_PARAM.match(text.strip())
+    if not match:
+        return None
+    args = parse_literal(match["args"])
+    when = parse_literal(match["when"]) if match["when"] else {}
+    if not isinstance(args, list) or not isinstance(when, dict):
+        return None
+    return SweptParameter(key, match["kind"], tuple(args), tuple(when.items()))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading a sweep
+
+def mlflow_client(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def check_store(tracking_uri: str, option: str = "--tracking-uri") -> None:
+    """A SQLite store must exist (reading a missing one would create an empty one)."""
+    if tracking_uri.startswith("sqlite:///"):
+        path = tracking_uri[len("sqlite:///"):]
+        if not os.path.isfile(path):
+            raise UserError(f"{option}: no MLflow store at {path}; run a sweep first or name the store that holds it")
+
+
+def resolve_parent(client, tracking_uri: str, ref: str, option: str = "sweep"):
+    """The parent run ``ref`` names: a parent run id, or a search-space name (or its YAML path): the newest sweep of
+    that experiment. Raises UserError naming ``option``."""
+    from mlflow.exceptions import MlflowException
+
+    if RUN_ID_PATTERN.match(ref):
+        try:
+            run = client.get_run(ref)
+        except MlflowException:
+            raise UserError(f"{option}: no run {ref} in {tracking_uri}") from None
+        parent = run.data.tags.get(TAG_PARENT_RUN)
+        if parent:
+            raise UserError(f"{option}: run {ref} is a trial of sweep {parent}; pass that parent run id")
+        if TAG_SEARCH_SPACE not in run.data.tags:
+            raise UserError(f"{option}: run {ref} is not a sweep's parent run (no {TAG_SEARCH_SPACE} tag)")
+        return run
+    name = os.path.splitext(os.path.basename(ref))[0] if ref.endswith((".yaml", ".yml")) else ref
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        known = sorted(e.name for e in client.search_experiments() if e.name != "Default")
+        raise UserError(f"{option}: no sweep of search space {name!r} in {tracking_uri} (no such MLflow experiment); "
+                        f"experiments there: {', '.join(known) or 'none'}")
+    token = None
+    while True:
+        page = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{TAG_SEARCH_SPACE}` = '{name}'",
+                                  order_by=["attributes.start_time DESC"], max_results=200, page_token=token)
+        for run in page:
+            if TAG_PARENT_RUN not in run.data.tags:
+                return run
+        token = page.token
+        if not token:
+            raise UserError(f"{option}: experiment {name!r} in {tracking_uri} holds no sweep (no parent run)")
+
+
+def _child_runs(client, experiment_id: str, parent_run_id: str) -> list:
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=f"tags.`{TAG_PARENT_RUN}` = '{parent_run_id}'",
+                                  max_results=1000, page_token=token)
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _objectives(params: dict) -> tuple:
+    metric = parse_literal(params.get(f"{PARAM_SEARCH}metric", "val_accuracy"))
+    mode = parse_literal(params.get(f"{PARAM_SEARCH}mode", "None"))
+    metrics = [str(m) for m in metric] if isinstance(metric, list) else [str(metric)]
+    modes = mode if isinstance(mode, list) else [mode] * len(metrics)
+    return tuple(Objective(m, d if d in ("max", "min") else ("min" if "loss" in m else "max"))
+                 for m, d in zip(metrics, modes))
+
+
+def _seeds(text: Optional[str]) -> tuple:
+    value = parse_literal(text) if text is not None else None
+    if isinstance(value, list):
+        return tuple(int(v) for v in value if is_number(v))
+    return (int(value),) if is_number(value) else ()
+
+
+def _algorithms(params: dict, parameters: dict, scenarios: dict) -> tuple:
+    names = [params.get("base.algorithm.name")]
+    for dimension in (parameters.get("algorithm.name"), scenarios.get("algorithm.name")):
+        names += list(dimension.values) if dimension else []
+    return tuple(dict.fromkeys(str(n) for n in names if n))
+
+
+def _trial(run, parameters: dict, scenarios: dict, default_seeds: tuple) -> Trial:
+    tags, params, metrics = run.data.tags, run.data.params, dict(run.data.metrics)
+    cell_number = tags.get(TAG_SCENARIO_CELL)
+    rounds = metrics.get(METRIC_ROUNDS_COMPLETED)
+    if rounds is None and str(tags.get(TAG_STOPPED_EARLY, "")).isdigit():
+        rounds = int(tags[TAG_STOPPED_EARLY])
+    seeds = _seeds(params.get(PARAM_SEEDS)) or default_seeds
+    trial = Trial(
+        run_id=run.info.run_id, run_name=run.info.run_name or run.info.run_id[:8],
+        status=tags.get(TAG_STATUS, str(run.info.status).lower()), start_time=int(run.info.start_time or 0),
+        cell=tags.get(TAG_SCENARIO), cell_number=int(cell_number) if str(cell_number).isdigit() else None,
+        params={k: p.typed(params[k]) for k, p in parameters.items() if k in params},
+        scenario={k: s.typed(params[k]) for k, s in scenarios.items() if k in params},
+        seeds=seeds, metrics=metrics, rounds_completed=int(rounds) if rounds is not None else None)
+    logged = {s for m in trial.per_seed_metrics() for s in trial.per_seed(m)}
+    if logged - set(seeds):
+        trial = _replace(trial, seeds=tuple(sorted(set(seeds) | logged)))
+    return trial
+
+
+def _replace(trial: Trial, **changes) -> Trial:
+    import dataclasses
+
+    return dataclasses.replace(trial, **changes)
+
+
+def load_sweep(tracking_uri: str, ref: str, option: str = "sweep") -> SweepResults:
+    """Read the sweep ``ref`` names (a parent run id, or a search-space name: its newest sweep) from the store at
+    ``tracking_uri``. Bad references raise :class:`UserError` naming ``option``."""
+    check_store(tracking_uri)
+    client = mlflow_client(tracking_uri)
+    parent = resolve_parent(client, tracking_uri, ref, option)
+    params, tags = parent.data.params, parent.data.tags
+    parameters = {}
+    for name, text in params.items():
+        if name.startswith(PARAM_SPACE):
+            parsed = parse_space_param(name[len(PARAM_SPACE):], text)
+            if parsed is not None:
+                parameters[parsed.key] = parsed
+    scenarios = {}
+    for name, text in params.items():
+        values = parse_literal(text) if name.startswith(PARAM_SCENARIO) else None
+        if isinstance(values, list):
+            key = name[len(PARAM_SCENARIO):]
+            scenarios[key] = SweptParameter(key, "scenario", tuple(values))
+    seeds = _seeds(params.get(PARAM_SEEDS))
+    children = _child_runs(client, parent.info.experiment_id, parent.info.run_id)
+    trials = sorted((_trial(run, parameters, scenarios, seeds) for run in children),
+                    key=lambda t: (t.cell_number or 0, t.start_time, t.run_id))
+    num_samples = parse_literal(params.get(f"{PARAM_SEARCH}num_samples", "None"))
+    return SweepResults(
+        tracking_uri=tracking_uri, experiment_id=parent.info.experiment_id,
+        space=tags.get(TAG_SEARCH_SPACE, ""), parent_run_id=parent.info.run_id,
+        parent_name=parent.info.run_name or "", status=tags.get(TAG_STATUS, str(parent.info.status).lower()),
+        mlflow_status=str(parent.info.status), description=tags.get(TAG_DESCRIPTION, ""),
+        parameters=parameters, scenarios=scenarios, objectives=_objectives(params),
+        searcher=params.get(f"{PARAM_SEARCH}searcher", ""),
+        num_samples=int(num_samples) if is_number(num_samples) else None, seeds=seeds,
+        algorithms=_algorithms(params, parameters, scenarios), trials=tuple(trials))
+
+
+def metric_history(results: SweepResults, run_id: str, metric: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of one metric of one run, in round order (one store query)."""
+    history = sorted(mlflow_client(results.tracking_uri).get_metric_history(run_id, metric),
+                     key=lambda m: (m.step, m.timestamp))
+    by_step = {m.step: m.value for m in history}  # a resumed trial may log a round twice: the last one counts
+    return list(by_step), list(by_step.values())
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The trials table
+
+def table_metrics(results: SweepResults) -> list[str]:
+    """The per-seed metric columns: every metric a trial logged per seed, else (older stores) the search metrics and
+    the headline metrics the trials logged; search metrics first, then the headline ones, then the rest."""
+    logged = {m for t in results.trials for m in t.per_seed_metrics()}
+    means = {m for t in results.trials for m in (*(o.metric for o in results.objectives), *HEADLINE_METRICS)
+             if m in t.metrics}
+    names = logged | means
+    order = [*(o.metric for o in results.objectives), *HEADLINE_METRICS, *sorted(names)]
+    return [m for m in dict.fromkeys(order) if m in names]
+
+
+def summary_metrics(results: SweepResults, extra: Sequence[str] = ()) -> list[str]:
+    """The metrics with trial-level ``<metric>_mean`` / ``<metric>_std`` columns: the search metric(s),
+    test_accuracy and ``extra``."""
+    return list(dict.fromkeys([*(o.metric for o in results.objectives), TEST_METRIC, *extra]))
+
+
+def trials_table(results: SweepResults, extra_metrics: Sequence[str] = ()):
+    """One row per trial × seed (a trial without per-seed metrics: one row, seed null, its means): run_id, run_name,
+    status, cell, each scenario key, each swept parameter (null where inactive), seed, rounds_completed, n_seeds, each
+    per-seed metric's latest value for that seed, and each summary metric's trial mean and population std over seeds
+    (``<metric>_mean``, ``<metric>_std``; std null with one seed). A ``pyarrow.Table`` with typed columns."""
+    import pyarrow as pa
+
+    metrics = table_metrics(results)
+    summaries = summary_metrics(results, extra_metrics)
+    dimensions = [*results.scenarios.values(), *(p for k, p in results.parameters.items()
+                                                 if k not in results.scenarios)]
+    fields = [pa.field("run_id", pa.string()), pa.field("run_name", pa.string()), pa.field("status", pa.string()),
+              pa.field("cell", pa.string()), *(pa.field(d.key, d.arrow_type()) for d in dimensions),
+              pa.field("seed", pa.int64()), pa.field("rounds_completed", pa.int64()), pa.field("n_seeds", pa.int64()),
+              *(pa.field(m, pa.float64()) for m in metrics),
+              *(pa.field(f"{m}_{stat}", pa.float64()) for m in summaries for stat in ("mean", "std"))]
+    columns: dict[str, list] = {f.name: [] for f in fields}
+    for trial in results.trials:
+        per_seed = {m: trial.per_seed(m) for m in metrics}
+        seeds: list = sorted({s for values in per_seed.values() for s in values}) or [None]
+        stats = {m: trial.summary(m) for m in summaries}
+        values = {**trial.scenario, **trial.params}
+        for seed in seeds:
+            row = {"run_id": trial.run_id, "run_name": trial.run_name, "status": trial.status, "cell": trial.cell,
+                   **{d.key: values.get(d.key) for d in dimensions}, "seed": seed,
+                   "rounds_completed": trial.rounds_completed, "n_seeds": len(trial.seeds) or None}
+            for m in metrics:
+                row[m] = trial.metrics.get(m) if seed is None else per_seed[m].get(seed)
+            for m, (mean, std) in stats.items():
+                row[f"{m}_mean"], row[f"{m}_std"] = mean, std
+            for name in columns:
+                columns[name].append(row.get(name))
+    schema = pa.schema(fields)
+    return pa.table({f.name: pa.array(columns[f.name], type=f.type) for f in fields}, schema=schema)
+
+
+def table_frame(table):
+    """The table as a pandas DataFrame, a missing cell as None (pandas would make it NaN)."""
+    frame = table.to_pandas()
+    frame["cell"] = frame["cell"].astype(object).where(frame["cell"].notna(), None)
+    return frame
+
+
+def trial_frame(table):
+    """The table's trial-level view: one row per trial (its first seed's row), as a pandas DataFrame in table order."""
+    return table_frame(table).drop_duplicates("run_id").reset_index(drop=True)
+
+
+def write_table_files(table, directory: str) -> list[str]:
+    """``<directory>/trials.csv`` and ``trials.parquet``; the paths."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    os.makedirs(directory, exist_ok=True)
+    csv_path, parquet_path = os.path.join(directory, "trials.csv"), os.path.join(directory, "trials.parquet")
+    pacsv.write_csv(table, csv_path)
+    pq.write_table(table, parquet_path)
+    return [csv_path, parquet_path]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Plots (matplotlib's Agg canvas: no display, no global backend change)
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _colours(count: int) -> list:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
+    return [cmap(i % 10) for i in range(max(count, 1))]
+
+
+@dataclass(frozen=True)
+class SensitivitySeries:
+    """What one scenario cell (None without scenarios) contributes to a sensitivity plot."""
+    cell: Optional[str]
+    seed_points: tuple  # ((x, value), ...): every trial × seed that logged per-seed values
+    trial_means: tuple  # ((x, mean over seeds), ...): every trial, in x order (categorical: the values' order)
+
+
+def sensitivity_series(table, parameter: SweptParameter, metric: str) -> list[SensitivitySeries]:
+    """The points of ``metric`` against ``parameter``, per scenario cell in table order: trials where the parameter is
+    inactive, or its value is not finite, or that reported no ``metric``, are left out. Raises ValueError when no
+    point is left."""
+    import numpy as np
+
+    frame = table_frame(table)
+    frame = frame[frame[parameter.key].notna() & frame[f"{metric}_mean"].notna()]
+    if parameter.numeric:
+        frame = frame[np.isfinite(frame[parameter.key].astype(float))]
+    if frame.empty:
+        raise ValueError(f"no trial has both {parameter.key} and {metric}")
+    order = {v: i for i, v in enumerate(parameter.values if parameter.boolean else
+                                        [value_text(v) for v in parameter.values])}
+    series = []
+    for cell in dict.fromkeys(frame["cell"].tolist()):
+        rows = frame[frame["cell"].map(lambda c: c == cell)]
+        seeds = rows[rows["seed"].notna() & rows[metric].notna()]
+        means = rows.drop_duplicates("run_id")
+        rank = means[parameter.key].astype(float) if parameter.numeric else means[parameter.key].map(order)
+        means = means.assign(_rank=rank).sort_values("_rank", kind="stable")
+        series.append(SensitivitySeries(cell, tuple(zip(seeds[parameter.key].tolist(), seeds[metric].tolist())),
+                                        tuple(zip(means[parameter.key].tolist(), means[f"{metric}_mean"].tolist()))))
+    return series
+
+
+def sensitivity_png(results: SweepResults, table, parameter: SweptParameter, path: str,
+                    objective: Optional[Objective] = None) -> str:
+    """The search metric against one swept parameter (:func:`sensitivity_series`): per-seed values (small,
+    translucent), each trial's mean over seeds (larger), one colour per scenario cell, a numeric parameter's means
+    joined in x order (log x for a log-uniform one); a categorical parameter gets a box of its trial means per value,
+    the per-seed values as a strip. Raises ValueError when there is nothing to plot."""
+    import numpy as np
+
+    objective = objective or results.objective
+    metric = objective.metric
+    series = sensitivity_series(table, parameter, metric)
+    cells = [s.cell for s in series]
+    colours = _colours(len(series))
+    fig = _figure(6.4, 4.2)
+    ax = fig.add_subplot(1, 1, 1)
+    if parameter.numeric:
+        for one, colour in zip(series, colours):
+            if one.seed_points:
+                ax.scatter(*zip(*one.seed_points), s=12, alpha=0.35, color=colour, linewidths=0)
+            ax.plot(*zip(*one.trial_means), "o-" if one.cell is not None else "o", markersize=7, color=colour,
+                    label=one.cell if one.cell is not None else "trial mean over seeds")
+        scale, kwargs = parameter.x_scale()
+        ax.set_xscale(scale, **kwargs)
+    else:
+        rng = np.random.default_rng(0)  # the strip's jitter: the same picture every time
+        values = list(parameter.values if parameter.boolean else [value_text(v) for v in parameter.values])
+        present = [v for v in values if any(x == v for one in series for x, _ in one.trial_means)]
+        width = 0.8 / len(series)
+        for j, (one, colour) in enumerate(zip(series, colours)):
+            offset = (j - (len(series) - 1) / 2) * width
+            for i, value in enumerate(present):
+                means = [y for x, y in one.trial_means if x == value]
+                seeds = [y for x, y in one.seed_points if x == value]
+                if not means:
+                    continue
+                ax.boxplot([means], positions=[i + offset], widths=width * 0.8, showfliers=False,
+                           medianprops={"color": colour}, boxprops={"color": colour}, whiskerprops={"color": colour},
+                           capprops={"color": colour})
+                ax.scatter(i + offset + rng.uniform(-width / 4, width / 4, len(seeds)), seeds, s=12, alpha=0.35,
+                           color=colour, linewidths=0)
+                ax.scatter(np.full(len(means), i + offset), means, s=40, color=colour, zorder=3)
+            ax.scatter([], [], s=40, color=colour, label=one.cell if one.cell is not None else "trial mean over seeds")
+        ax.set_xticks(range(len(present)), [value_text(v) for v in present])
+        ax.set_xlim(-0.6, len(present) - 0.4)
+    ax.set_xlabel(parameter.key + (" (log scale)" if parameter.x_scale()[0] != "linear" else ""))
+    ax.set_ylabel(f"{metric} ({objective.mode})")
+    ax.set_title(f"{results.space}: {metric} vs {parameter.key}\nsmall: per seed; large: trial mean over seeds",
+                 fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, title="scenario cell" if cells != [None] else None, title_fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def sensitivity_plots(results: SweepResults, table, directory: str, objective: Optional[Objective] = None
+                      ) -> list[str]:
+    """``<directory>/<parameter>.png`` for every swept parameter; a plot that cannot be drawn is skipped with one
+    warning on stderr. The paths written."""
+    written = []
+    for parameter in results.parameters.values():
+        try:
+            written.append(sensitivity_png(results, table, parameter, os.path.join(directory, f"{parameter.key}.png"),
+                                           objective))
+        except Exception as err:  # noqa: BLE001 - the table is the record; a plot must not fail its caller
+            warn(f"no sensitivity plot of {parameter.key}: {err}")
+    return written
+
+
+def learning_curves_png(results: SweepResults, trials: Sequence[tuple[str, Trial]], metrics: Sequence[str],
+                        path: str) -> str:
+    """One panel per metric, one line per (label, trial): the mean over seeds per round, with a ±std band where the
+    trial logged ``<metric>_std``. Reads the histories from the store."""
+    import numpy as np
+    from matplotlib.ticker import MaxNLocator
+
+    fig = _figure(5.0 * len(metrics), 3.8)
+    colours = _colours(len(trials))
+    for index, metric in enumerate(metrics):
+        ax = fig.add_subplot(1, len(metrics), index + 1)
+        for (label, trial), colour in zip(trials, colours):
+            steps, values = metric_history(results, trial.run_id, metric)
+            if not steps:
+                continue
+            cell = f" [{trial.cell}]" if trial.cell and trial.cell not in trial.run_name else ""
+            ax.plot(steps, values, "o-", markersize=3, color=colour, label=f"{label}: {trial.run_name}{cell}")
+            std_steps, stds = metric_history(results, trial.run_id, f"{metric}_std")
+            by_step = dict(zip(std_steps, stds))
+            band = [(s, v, by_step[s]) for s, v in zip(steps, values) if s in by_step]
+            if band:
+                s, v, d = (np.asarray(x, dtype=float) for x in zip(*band))
+                ax.fill_between(s, v - d, v + d, color=colour, alpha=0.2, linewidth=0)
+        ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(metric)
+        ax.set_title(f"{metric} (mean ± std over seeds)", fontsize=10)
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def warn(text: str) -> None:
+    print(f"warning: {text}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The sweep-level artifacts
+
+def log_sweep_artifacts(tracking_uri: str, parent_run_id: str) -> list[str]:
+    """Log the trials table (``trials/trials.csv``, ``trials/trials.parquet``) and the sensitivity plots
+    (``sensitivity/<parameter>.png``) to the sweep's parent run; the artifact paths logged. Called at the end of every
+    sweep, finished or not: it logs what exists and never raises (a failure is one warning on stderr)."""
+    logged: list[str] = []
+    try:
+        results = load_sweep(tracking_uri, parent_run_id)
+        table = trials_table(results)
+        client = mlflow_client(tracking_uri)
+        with tempfile.TemporaryDirectory() as directory:
+            for path in write_table_files(table, os.path.join(directory, "trials")):
+                client.log_artifact(parent_run_id, path, os.path.dirname(ARTIFACT_TRIALS_CSV))
+                logged.append(f"{os.path.dirname(ARTIFACT_TRIALS_CSV)}/{os.path.basename(path)}")
+            for path in sensitivity_plots(results, table, os.path.join(directory, ARTIFACT_SENSITIVITY)):
+                client.log_artifact(parent_run_id, path, ARTIFACT_SENSITIVITY)
+                logged.append(f"{ARTIFACT_SENSITIVITY}/{os.path.basename(path)}")
+    except Exception as err:  # noqa: BLE001 - the sweep's own outcome must not depend on its summary artifacts
+        warn(f"sweep tables of run {parent_run_id} not (all) logged: {err}")
+    return logged
