@@ -31,6 +31,7 @@ PARENT_RUN_TAG = "mlflow.parentRunId"
 MAX_EXPERIMENT_TAG_VALUE = 20000  # mlflow.utils.validation.MAX_EXPERIMENT_TAG_VAL_LENGTH
 ML_WORKFLOW = "machine_learning"  # the URL's workflowType; the UI's default (and remembered choice) is "genai"
 DEFAULT_UI_PORT = 5000
+NAME_WIDTH, VALUE_WIDTH = 280, 150  # px: a trial name built from swept values; a full-precision float
 
 
 def view_key(parent_run_id: str) -> str:
@@ -56,6 +57,7 @@ def sweep_view(parent_run_id: str, params: list[str], metrics: list[str], tags: 
         "orderByAsc": ascending,
         "selectedColumns": columns,
         "columnOrder": columns,  # else the UI shows metrics before params, each group alphabetically
+        "columnWidths": {c: NAME_WIDTH if c == columns[0] else VALUE_WIDTH for c in columns},  # no "0.5694..."
         "runsHiddenMode": "SHOW_ALL",  # every trial in the charts, not the first 10
     }
 
@@ -115,20 +117,21 @@ def start_server(tracking_uri: str, port: int, log_path: str, cwd: Optional[str]
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)
 
 
-def wait_for_server(url: str, process: subprocess.Popen, log_path: str, timeout: float = 120) -> None:
-    """Block until the server at ``url`` answers HTTP; raises ``RuntimeError`` (with its log) if it exits or
-    stays silent for ``timeout`` seconds."""
+def wait_for_server(url: str, process: subprocess.Popen, log_path: str, timeout: float = 120,
+                    health_path: str = "/health") -> None:
+    """Block until the server at ``url`` answers HTTP on ``health_path``; raises ``RuntimeError`` (with its log)
+    if it exits or stays silent for ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while process.poll() is None and time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2):
+            with urllib.request.urlopen(f"{url}{health_path}", timeout=2):
                 return
         except OSError:
             time.sleep(0.25)
     with open(log_path, errors="replace") as log:
         tail = log.read()[-3000:]
     state = f"exited with code {process.returncode}" if process.poll() is not None else f"silent for {timeout:.0f} s"
-    raise RuntimeError(f"mlflow server at {url} {state}:\n{tail}")
+    raise RuntimeError(f"the server at {url} {state}:\n{tail}")
 
 
 def stop_server(process: subprocess.Popen) -> None:

@@ -57,7 +57,6 @@ def start_chromium(width: int = 1920, height: int = 1080):
 
 @dataclass
 class Sweep:
-    stdout: str
     experiment_id: str
     parent_id: str
     children: dict  # run id -> mlflow Run
@@ -121,13 +120,14 @@ def sweep(store, mlflow_server, ray_local) -> Sweep:
     ui, process, log = mlflow_server
     wait_for_server(ui, process, log)
     link = urlunsplit(urlsplit(printed[0])._replace(netloc=urlsplit(ui).netloc))
-    return Sweep(stdout, experiment_id, parent.info.run_id, children, link, ui)
+    return Sweep(experiment_id, parent.info.run_id, children, link, ui)
 
 
 def wait(driver, seconds: float = WAIT_S):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, seconds)
+    return WebDriverWait(driver, seconds, ignored_exceptions=(StaleElementReferenceException,))  # React re-renders
 
 
 def runs_table(driver) -> list[tuple[str, str]]:
