@@ -48,10 +48,11 @@ def space_markdown(space) -> str:
 
 
 def description(space, experiment_id: str, answer: SweepAnswer) -> str:
-    """The parent run's description: :func:`space_markdown`, then the answer so far."""
+    """The parent run's description: the answer so far first (the UI folds long descriptions after a few lines),
+    then :func:`space_markdown`."""
     from platform.mlflow_ui import run_link
 
-    parts = [space_markdown(space), "", f"**Status:** {answer.status}", ""]
+    parts = [f"**Status:** {answer.status}", ""]
     metric = space.search.metrics[0]
     if answer.best:
         best = answer.best
@@ -82,6 +83,7 @@ def description(space, experiment_id: str, answer: SweepAnswer) -> str:
             name = row.get("name") or row["trial"]
             link = f"[{name}]({run_link(experiment_id, row['run_id'])})" if row.get("run_id") else name
             parts.append(f"| {link} | " + " | ".join(_pm(row, m) for m in names) + " |")
+    parts += ["", space_markdown(space)]
     if answer.studies:
         parts += ["", "Optuna studies: " + ", ".join(f"`{s}`" for s in answer.studies)
                   + " (plots under `optuna/`; open them with optuna-dashboard)."]
