@@ -376,7 +376,7 @@ def ablation_blocks(results: SweepResults, frame, objective: Objective) -> list[
     numeric = any(not p.categorical for k, p in results.parameters.items() if k not in results.scenarios)
     headers = [("scenario cell" if c == "cell" else f"`{c}`") for c in columns] + ["best trial"]
     headers += (["its swept values"] if numeric else []) + [f"`{m}`" for m in metrics] + ["n", "trials"]
-    best_index = best_arm_index(arm_list, objective)
+    best_index = best_arm_index(arm_list, objective) if sum(1 for a in arm_list if a.best) > 1 else None
     rows = []
     for i, arm in enumerate(arm_list):
         best = arm.best
