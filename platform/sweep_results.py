@@ -27,11 +27,9 @@ from typing import Any, Iterable, Optional, Sequence
 
 from platform.errors import UserError
 from platform.run_schema import (METRIC_ROUNDS_COMPLETED, PARAM_SCENARIO, PARAM_SEARCH, PARAM_SEEDS, PARAM_SPACE,
-                                 STATUS_RUNNING, TAG_DESCRIPTION, TAG_PARENT_RUN, TAG_SCENARIO,
-                                 TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS)
+                                 PER_SEED_SEPARATOR, STATUS_RUNNING, TAG_DESCRIPTION, TAG_PARENT_RUN, TAG_SCENARIO,
+                                 TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY)
 
-PER_SEED_SEPARATOR = "/seed_"  # a trial's metric per seed: test_accuracy/seed_3 (the store contract, issue 17)
-TAG_STOPPED_EARLY = "stopped_early_at_round"  # on an early-stopped trial: the last round it ran
 TEST_METRIC = "test_accuracy"  # reported beside the selection metric, never selected on
 HEADLINE_METRICS = ("val_accuracy", "test_accuracy", "val_loss", "test_loss")
 ARTIFACT_TRIALS_CSV = "trials/trials.csv"
