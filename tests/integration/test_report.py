@@ -49,7 +49,7 @@ def _ablation_rows(markdown: str) -> dict[str, list[str]]:
 def test_report_on_a_real_sweep(ray_local, one_torch_thread, tracking_uri, tmp_path, capsys):
     import pyarrow.parquet as pq
 
-    from platform.sweep_results import load_sweep, log_sweep_artifacts, trials_table
+    from platform.sweep_results import load_sweep, trials_table
 
     run_tiny_sweep(SPACE, NAME, tracking_uri, tmp_path, capsys)
     client, runs = mlflow_runs(tracking_uri, NAME)
@@ -83,9 +83,12 @@ def test_report_on_a_real_sweep(ray_local, one_torch_thread, tracking_uri, tmp_p
     assert f"| FedProx | algorithm.name=fedprox | `test_accuracy` | 0.5000 ± 0.0100 | {mean:.4f} ± {std:.4f} | 2 |" \
         in markdown  # the reference value next to ours
 
-    # The sweep-level table (logged at the end of a sweep; logged again here, which replaces it)
-    assert {"trials/trials.csv", "trials/trials.parquet"} <= set(log_sweep_artifacts(tracking_uri, parent.info.run_id))
-    table = pq.read_table(client.download_artifacts(parent.info.run_id, "trials/trials.parquet", str(tmp_path)))
+    # The sweep-level table and plots, logged by the sweep itself when it ended (platform.sweep_outputs)
+    parent_id = parent.info.run_id
+    assert {a.path for a in client.list_artifacts(parent_id, "trials")} == {"trials/trials.csv", "trials/trials.parquet"}
+    assert {a.path for a in client.list_artifacts(parent_id, "sensitivity")} == {
+        "sensitivity/algorithm.name.png", "sensitivity/clients.lr.png"}
+    table = pq.read_table(client.download_artifacts(parent_id, "trials/trials.parquet", str(tmp_path)))
     assert table.equals(trials_table(load_sweep(tracking_uri, parent.info.run_id)))
     per_seed = any("/seed_" in k for c in children for k in c.data.metrics)
     assert table.num_rows == (3 * 2 if per_seed else 3)
