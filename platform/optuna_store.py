@@ -87,6 +87,11 @@ class StudyRecorder:
             self._study = optuna.create_study(
                 storage=self.url, study_name=self.study_name, load_if_exists=True,
                 directions=["maximize" if mode == "max" else "minimize" for _, mode in self.objectives])
+            names = [metric for metric, _ in self.objectives]
+            if self._study.metric_names != names:  # the dashboard's axis titles ("Objective 0" without)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # Optuna marks set_metric_names experimental
+                    self._study.set_metric_names(names)
         return self._study
 
     def record(self, params: dict, last: dict, history: dict, state: str, attrs: dict) -> None:

@@ -47,6 +47,7 @@ def test_study_records_every_state_and_draws_its_plots(smoke, tmp_path):
         recorder.record(params, {"val_accuracy": value}, {1: 0.1, 2: value} if value is not None else {}, state,
                         {"mlflow_run_id": f"run{i}"})
     study = load_study(url, "smoke-1")  # a fresh connection: what optuna-dashboard sees
+    assert study.metric_names == ["val_accuracy"]
     states = [t.state.name for t in study.trials]
     assert states == ["COMPLETE", "COMPLETE", "COMPLETE", "PRUNED", "FAIL", "FAIL"]
     assert [t.value for t in study.trials[:3]] == [0.5, 0.7, 0.6] and study.best_trial.user_attrs["mlflow_run_id"] == "run1"
