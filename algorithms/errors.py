@@ -20,4 +20,8 @@ class ConfigError(UserError, ValueError):
 
     def __init__(self, field: str, message: str):
         self.field = field
+        self.message = message
         super().__init__(f"{field}: {message}" if field else message)
+
+    def __reduce__(self):  # pickles whole (Ray sends a trial's error to the driver): field and message both
+        return type(self), (self.field, self.message)

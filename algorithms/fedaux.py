@@ -95,7 +95,7 @@ class FedAUXHyperparams(FedDFHyperparams):
                                "less DP noise relative to w*, but scores collapse towards 0.5 (uniform FedDF).",
                       gt=0)
     epsilon: float = spec(0.1, doc="ε of the (ε, δ)-DP release of the scoring weights (spec/fedaux.md §4: 0.1); "
-                                   ".inf = non-private (σ = 0).", gt=0)
+                                   ".inf = non-private (σ = 0).", gt=0, allow_inf=True)
     delta: float = spec(1e-5, doc="δ of the (ε, δ)-DP release (spec/fedaux.md §4: 1e-5).", gt=0, lt=1)
     xi: float = spec(DEFAULT_XI, doc="ξ, added to every certainty score so that Σ_j s_j(x) > 0 "
                                      "(spec/fedaux.md §3.2 Eq. 11: 1e-8).", ge=0)

@@ -29,6 +29,7 @@ STATUS_COMPLETED = "completed"
 STATUS_EARLY_STOPPED = "early-stopped"
 STATUS_FAILED = "failed"
 STATUS_INTERRUPTED = "interrupted"
+STATUS_DIVERGED = "diverged"  # ran every round, but its last search metric is NaN or infinite: never chosen as best
 
 # Parameter prefixes on a sweep's parent run
 PARAM_BASE = "base."  # the base experiment config

@@ -7,6 +7,7 @@ field in its ``metadata`` (``ge``, ``gt``, ``le``, ``choices``), so a schema rea
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any, Literal, Union
@@ -79,6 +80,10 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
 def _check_rules(value: Any, rules: dict, path: str) -> None:
     if value is None:
         return
+    if isinstance(value, float) and not math.isfinite(value):  # NaN never; inf where a field allows it (allow_inf)
+        if math.isnan(value) or not rules.get("allow_inf"):
+            allowed = " (or .inf)" if rules.get("allow_inf") else ""
+            raise ConfigError(path, f"must be a finite number{allowed}, got {value!r}")
     if "choices" in rules and value not in rules["choices"]:
         raise ConfigError(path, f"unknown value {value!r}; allowed: {', '.join(map(str, rules['choices']))}")
     if "gt" in rules and not value > rules["gt"]:

@@ -106,6 +106,8 @@ def parse_distribution(key: str, raw: Any) -> Distribution:
         if len(args) != 2 or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args):
             raise ConfigError(f"{where}.{kind}", f"must be [low, high] numbers, got {args!r}")
         low, high = args
+        if not all(math.isfinite(a) for a in args):
+            raise ConfigError(f"{where}.{kind}", f"bounds must be finite numbers, got {args!r}")
         if not low < high:
             raise ConfigError(f"{where}.{kind}", f"low must be < high, got {args!r}")
         if kind == "loguniform" and low <= 0:

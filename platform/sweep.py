@@ -341,6 +341,14 @@ def _tuner(trainable, space, base_config, storage, name, callback):
                                   checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
 
 
+def _ranked_results(grid, metric: str) -> tuple[list, int]:
+    """The results a best can be chosen from (no error, a finite last ``metric``) and how many diverged (their
+    last ``metric`` is NaN or infinite: reported as diverged, never chosen)."""
+    ended = [r for r in grid if r.error is None and r.metrics and metric in r.metrics]
+    finite = [r for r in ended if math.isfinite(r.metrics[metric])]
+    return finite, len(ended) - len(finite)
+
+
 def _interrupted(grid, expected: int) -> bool:
     """True when Tune returned before every trial ended (Ctrl-C, or the driver was asked to stop)."""
     trials = grid._experiment_analysis.trials
@@ -357,10 +365,11 @@ def _report(grid, space, tracker, parent_run_id, callback, expected: int, answer
     if space.search.multi_objective:
         return _report_pareto(grid, space, tracker, parent_run_id, callback, answer)
     metric, mode = space.search.metric, space.search.mode
-    finished = [r for r in grid if r.error is None and r.metrics and metric in r.metrics]
+    finished, diverged = _ranked_results(grid, metric)
     failed = sum(1 for r in grid if r.error is not None)
     if not finished:
-        print(f"no trial finished ({failed} failed); see the child runs in MLflow", file=sys.stderr)
+        print(f"no trial finished ({failed} failed, {diverged} diverged); see the child runs in MLflow",
+              file=sys.stderr)
         return "FAILED"
     best = (max if mode == "max" else min)(finished, key=lambda r: r.metrics[metric])
     params = best.config.get("params", best.config)
@@ -370,7 +379,8 @@ def _report(grid, space, tracker, parent_run_id, callback, expected: int, answer
     tracker.log_metrics(parent_run_id, {f"{METRIC_BEST}{metric}": best.metrics[metric],
                                         **{f"{METRIC_BEST_TRIAL}{k}": best.metrics[k] for k in ("test_accuracy", "test_loss")
                                            if k in best.metrics},
-                                        "trials_completed": len(finished), "trials_failed": failed})
+                                        "trials_completed": len(finished), "trials_failed": failed,
+                                        "trials_diverged": diverged})
     trial_id = best.metrics.get("trial_id")
     answer.best = {"run_id": callback.runs.get(trial_id), "name": callback.names.get(trial_id, str(trial_id)),
                    "round": best.metrics.get("round"), "params": dict(params),
@@ -380,7 +390,8 @@ def _report(grid, space, tracker, parent_run_id, callback, expected: int, answer
         log_best(tracker, parent_run_id, answer.best)
     reported = "".join(f", {k} {best.metrics[k]:.4f}" for k in ("test_accuracy", "test_loss")
                        if k != metric and k in best.metrics)  # selected on validation, reported on test
-    print(f"\nbest of {len(finished)} trial(s) ({failed} failed): {metric} = {figure} at round "
+    print(f"\nbest of {len(finished)} trial(s) ({failed} failed{f', {diverged} diverged' if diverged else ''}): "
+          f"{metric} = {figure} at round "
           f"{best.metrics.get('round')}{reported}")
     for k, v in params.items():
         print(f"  {k} = {v}")
@@ -682,7 +693,7 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
                     "rerun": f"python -m platform.run {cell_space.name} {rerun}"})
         return row
     metric, mode = search.metric, search.mode
-    finished = [r for r in grid if r.error is None and r.metrics and metric in r.metrics]
+    finished, row["trials_diverged"] = _ranked_results(grid, metric)
     row["trials_finished"] = len(finished)
     if not finished:
         return row

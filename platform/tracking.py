@@ -7,6 +7,7 @@ rather than leaving them RUNNING.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import shlex
 import subprocess
@@ -17,7 +18,7 @@ from ray import tune
 
 from platform.run_schema import (ARTIFACT_ARRAYS, MAX_ARRAY_ELEMENTS, METRIC_BEST, METRIC_FINAL,
                                  METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, PER_SEED_SEPARATOR, RESULT_ARRAYS, STATUS_COMPLETED,
-                                 STATUS_EARLY_STOPPED, STATUS_FAILED, STATUS_RUNNING, TAG_PARENT_RUN, TAG_SAMPLED,
+                                 STATUS_DIVERGED, STATUS_EARLY_STOPPED, STATUS_FAILED, STATUS_RUNNING, TAG_PARENT_RUN, TAG_SAMPLED,
                                  TAG_SAMPLER_SEED, TAG_SCENARIO, TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS,
                                  TAG_STOPPED_EARLY, TAG_TRIAL_ID)
 
@@ -412,8 +413,11 @@ class MlflowSweepCallback(tune.Callback):
         self._say(f"{self._label(trial)} {status}{final}")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        rounds = self.last.get(trial.trial_id, {}).get("round", 0)
+        last = self.last.get(trial.trial_id, {})
+        rounds = last.get("round", 0)
         status = STATUS_COMPLETED if rounds >= self.total_rounds else STATUS_EARLY_STOPPED
+        if any(m in last and not math.isfinite(last[m]) for m in self.space.search.metrics):
+            status = STATUS_DIVERGED
         self._finish(trial, status, "FINISHED")
 
     def on_trial_error(self, iteration, trials, trial, **info):

@@ -11,7 +11,8 @@ from typing import Any
 
 
 def spec(default: Any = dataclasses.MISSING, *, doc: str = "", factory: Any = dataclasses.MISSING, **rules: Any):
-    """A dataclass field with a docstring and validation rules (ge, gt, le, lt, choices)."""
+    """A dataclass field with a docstring and validation rules (ge, gt, le, lt, choices; a float must be finite
+    unless ``allow_inf=True``, and is never NaN)."""
     metadata = {"doc": doc, **rules}
     if factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=factory, metadata=metadata)

@@ -13,6 +13,8 @@ CASES = {
     "unknown algorithm": (["platform.sweep", "smoke", "--set", "algorithm.name=fedmagic"], "algorithm.name"),
     "unknown model": (["platform.sweep", "smoke", "--set", "model.name=vgg99"], "model.name"),
     "alpha <= 0": (["platform.sweep", "smoke", "--set", "partition.alpha=0"], "partition.alpha: must be > 0"),
+    "alpha inf": (["platform.sweep", "smoke", "--set", "partition.alpha=.inf"],
+                  "partition.alpha: must be a finite number, got inf"),
     "clients per round > clients": (["platform.sweep", "smoke", "--set", "clients.clients_per_round=11"],
                                     "clients.clients_per_round: must be <= clients.num_clients (10)"),
     "negative lr": (["platform.run", "smoke", "--set", "clients.lr=-1"], "clients.lr: must be > 0"),

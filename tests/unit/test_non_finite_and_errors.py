@@ -1,0 +1,84 @@
+"""Non-finite values are refused at load with one line naming the field; errors survive pickling (Ray sends a
+trial's exception to the driver); a trial whose search metric ends NaN is diverged, never the best."""
+import math
+import pickle
+from types import SimpleNamespace
+
+import cloudpickle
+import pytest
+
+from platform.config import build_experiment
+from platform.errors import ConfigError
+from platform.search_space import parse_distribution
+
+
+@pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps])
+def test_config_error_survives_pickling_whole(dumps):
+    error = pickle.loads(dumps(ConfigError("partition.alpha", "must be > 0, got 0")))
+    assert isinstance(error, ConfigError) and error.field == "partition.alpha"
+    assert str(error) == "partition.alpha: must be > 0, got 0"
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"partition": {"alpha": math.inf}}, "partition.alpha: must be a finite number, got inf"),
+    ({"clients": {"weight_decay": math.inf}}, "clients.weight_decay: must be a finite number, got inf"),
+    ({"clients": {"lr": math.nan}}, "clients.lr: must be a finite number, got nan"),
+    ({"server": {"lr": -math.inf}}, "server.lr: must be a finite number, got -inf"),
+])
+def test_non_finite_values_are_refused_at_load(config, message):
+    with pytest.raises(ConfigError) as caught:
+        build_experiment(config)
+    assert str(caught.value) == message
+
+
+def test_a_field_that_means_something_by_inf_takes_it():
+    """FedAUX's ε = inf is the non-private arm; NaN is still refused there."""
+    public = {"source": "train_split"}
+    assert build_experiment({"algorithm": {"name": "fedaux", "epsilon": math.inf}, "public": public}
+                            ).algorithm.params.epsilon == math.inf
+    with pytest.raises(ConfigError, match=r"algorithm.epsilon: must be a finite number \(or .inf\), got nan"):
+        build_experiment({"algorithm": {"name": "fedaux", "epsilon": math.nan}, "public": public})
+
+
+def test_search_space_ranges_must_be_finite():
+    with pytest.raises(ConfigError, match=r"parameters.clients.lr.loguniform: bounds must be finite numbers"):
+        parse_distribution("clients.lr", {"loguniform": [0.001, math.inf]})
+
+
+def test_a_diverged_trial_is_never_the_best():
+    from platform.sweep import _ranked_results
+
+    def result(value, error=None):
+        return SimpleNamespace(error=error, metrics={"val_loss": value})
+
+    grid = [result(0.5), result(math.nan), result(-math.inf), result(0.4), result(None, error=RuntimeError("x"))]
+    ranked, diverged = _ranked_results(grid, "val_loss")
+    assert [r.metrics["val_loss"] for r in ranked] == [0.5, 0.4] and diverged == 2
+
+
+def test_a_trial_ending_on_nan_is_tagged_diverged(tmp_path):
+    """The Tune callback on a real SQLite MLflow store: a trial whose last search metric is NaN ends "diverged"
+    (and FAIL in the Optuna record), not "completed"."""
+    from mlflow.tracking import MlflowClient
+
+    from platform.optuna_store import StudyRecorder, load_study
+    from platform.search_space import load_search_space
+    from platform.tracking import MlflowSweepCallback, Tracker
+
+    uri, storage = f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}"
+    space = load_search_space("smoke", {}, None)
+    tracker = Tracker(uri, "smoke")
+    parent = tracker.start_run("sweep", {})
+    callback = MlflowSweepCallback(tracker, parent, space, total_rounds=2, num_samples=2, quiet=True,
+                                   study=StudyRecorder(storage, "s", space.search.objectives, space.parameters))
+    for trial_id, last in (("nan", math.nan), ("fine", 0.8)):
+        trial = SimpleNamespace(trial_id=trial_id, config={"params": {"algorithm.name": "fedavg", "clients.lr": 0.1}},
+                                error_file=None)
+        callback.on_trial_start(0, [], trial)
+        for step, value in ((1, 0.5), (2, last)):
+            callback.on_trial_result(0, [], trial, {"round": step, "val_accuracy": value})
+        callback.on_trial_complete(0, [], trial)
+    client = MlflowClient(uri)
+    assert client.get_run(callback.runs["nan"]).data.tags["status"] == "diverged"
+    assert client.get_run(callback.runs["fine"]).data.tags["status"] == "completed"
+    assert [t.state.name for t in load_study(storage, "s").trials] == ["FAIL", "COMPLETE"]
