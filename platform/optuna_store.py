@@ -83,10 +83,13 @@ class StudyRecorder:
         if self._study is None:
             import optuna
 
+            from platform.tracking import sqlite_store_lock
+
             optuna.logging.set_verbosity(optuna.logging.WARNING)
-            self._study = optuna.create_study(
-                storage=self.url, study_name=self.study_name, load_if_exists=True,
-                directions=["maximize" if mode == "max" else "minimize" for _, mode in self.objectives])
+            with sqlite_store_lock(self.url):  # a new storage's schema, one process at a time
+                self._study = optuna.create_study(
+                    storage=self.url, study_name=self.study_name, load_if_exists=True,
+                    directions=["maximize" if mode == "max" else "minimize" for _, mode in self.objectives])
             names = [metric for metric, _ in self.objectives]
             if self._study.metric_names != names:  # the dashboard's axis titles ("Objective 0" without)
                 with warnings.catch_warnings():

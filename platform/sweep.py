@@ -123,6 +123,14 @@ def _make_scheduler(space, rounds: int):
                          reduction_factor=sched.reduction_factor)
 
 
+def _experiment_name(space_name: str) -> str:
+    """A new sweep's Tune experiment (and Optuna study) name: ``<space>-<time>-<6 hex>``; the random part keeps two
+    sweeps started in the same second apart."""
+    import secrets
+
+    return f"{space_name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
 def _latest_experiment(storage: str, name: str) -> Optional[str]:
     if not os.path.isdir(storage):
         return None
@@ -198,7 +206,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
 
     tracker = Tracker(tracking_uri, space.name)
     # The Tune experiment (one directory per sweep, a sub-directory per scenario cell) names the Optuna study too.
-    experiment = os.path.basename(resume_dir) if resume_dir else f"{space.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    experiment = os.path.basename(resume_dir) if resume_dir else _experiment_name(space.name)
     parent_run_id = _open_parent_run(tracker, args, space, base_config, resume_dir)
     status = "FAILED"
     callback = None
@@ -314,7 +322,7 @@ def _trainable(space, base_config, shared, args):
 
 def _new_tuner(trainable, space, base_config, storage, name, callback, parent_run_id, tracking_uri):
     """A Tuner for a new sweep; its experiment directory records the parent run, for ``--resume``."""
-    os.makedirs(os.path.join(storage, name), exist_ok=True)
+    os.makedirs(os.path.join(storage, name))  # a name of its own (see _experiment_name): never another sweep's
     with open(os.path.join(storage, name, STATE_FILE), "w") as fh:
         json.dump({"parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "search_space": space.path}, fh)
     return _tuner(trainable, space, base_config, storage, name, callback)
@@ -611,7 +619,7 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
         state = _read_state(sweep_dir)
     else:
         sweep_dir = os.path.join(storage, experiment)
-        os.makedirs(sweep_dir, exist_ok=True)
+        os.makedirs(sweep_dir)
         state = {"parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "search_space": space.path,
                  "scenarios": [cell_label(c) for c in cells], "cells_done": {}}
         _write_state(sweep_dir, state)

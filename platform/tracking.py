@@ -6,6 +6,7 @@ rather than leaving them RUNNING.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -84,6 +85,26 @@ def _client(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
+@contextlib.contextmanager
+def sqlite_store_lock(uri: str):
+    """Hold an exclusive lock (``<file>.lock`` beside it) on a ``sqlite:///`` store: the first use of a new store
+    creates its schema (alembic), which two processes doing at once corrupts (one fails with "table ... already
+    exists"). A no-op for other URIs: a server or an RDB handles its own concurrency."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    path = os.path.abspath(uri[len("sqlite:///"):]) + ".lock"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _param_value(value: Any) -> str:
     text = "null" if value is None else str(value)
     return text if len(text) <= 6000 else text[:5997] + "..."
@@ -105,15 +126,20 @@ class Tracker:
     @property
     def client(self):
         if self._mlflow is None:
-            self._mlflow = _client(self.uri)
+            with sqlite_store_lock(self.uri):
+                client = _client(self.uri)
+                client.search_experiments(max_results=1)  # a new store's schema, one process at a time
+            self._mlflow = client
         return self._mlflow
 
     @property
     def experiment_id(self) -> str:
         if self._experiment_id is None:
-            found = self.client.get_experiment_by_name(self.experiment_name)
-            self._experiment_id = found.experiment_id if found else self.client.create_experiment(
-                self.experiment_name, artifact_location=artifact_location(self.uri, self.experiment_name))
+            client = self.client
+            with sqlite_store_lock(self.uri):  # two sweeps of a new space: one creates, the other finds it
+                found = client.get_experiment_by_name(self.experiment_name)
+                self._experiment_id = found.experiment_id if found else client.create_experiment(
+                    self.experiment_name, artifact_location=artifact_location(self.uri, self.experiment_name))
         return self._experiment_id
 
     def start_run(self, name: str, tags: dict[str, str], parent_run_id: Optional[str] = None) -> str:
