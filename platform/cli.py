@@ -27,6 +27,21 @@ def main_wrapper(fn: Callable[[list[str] | None], int]) -> Callable[[list[str] |
     return wrapped
 
 
+def check_writable_dir(path: str, flag: str) -> None:
+    """Refuse, before anything is written, a directory that cannot be created or written: the nearest existing
+    ancestor must be a writable directory. One line naming ``flag``."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        raise UserError(f"{flag}: {path} is not a directory ({probe} is a file)")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"{flag}: {path} is not writable (no write permission on {probe})")
+
+
 def quiet_libraries() -> None:
     """Keep the console to our own lines: Ray, Tune and MLflow log warnings only."""
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")

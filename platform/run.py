@@ -109,11 +109,17 @@ def main(argv=None) -> int:
     import platform.cache  # noqa: F401
     import platform.data.summary  # noqa: F401
     from platform.pretrain import prepare_pretrained
-    from platform.tracking import Tracker, log_patch_samples, resolve_tracking_uri, results_home, ui_command
+    from platform.cli import check_writable_dir
+    from platform.tracking import (Tracker, check_tracking_uri, log_patch_samples, resolve_tracking_uri, results_home,
+                                   ui_command)
     from platform.runtime.federation import share_dataset
     from platform.runtime.trial import start_federations, stop_federations
 
     uri = None if args.no_mlflow else resolve_tracking_uri(args.tracking_uri)
+    if uri:
+        check_tracking_uri(uri)
+    if args.cache_dir:
+        check_writable_dir(args.cache_dir, "--cache-dir")
     leave_ray_job_working_dir(results_home())
     connect_ray(args.address)
     print(f"{config.algorithm.name} on {config.dataset.name}: {config.clients.num_clients} clients, "

@@ -163,12 +163,19 @@ def main(argv=None) -> int:
             raise UserError(f"{flag}: {path!r} is a URI; use a file-system path that every node sees (NFS, EFS, "
                             f"Filestore, a shared volume): resume state and the stage cache need POSIX files")
     storage = os.path.abspath(storage)
+    from platform.cli import check_writable_dir
+    from platform.tracking import check_tracking_uri
+
+    check_writable_dir(storage, "--storage-path")
+    if args.cache_dir:
+        check_writable_dir(args.cache_dir, "--cache-dir")
     resume_dir = _latest_experiment(storage, space.name) if args.resume else None
     if args.resume and resume_dir is None:
         raise UserError(f"--resume: no earlier run of sweep {space.name!r} under {storage}")
     if resume_dir:
         _check_resumable(resume_dir, space)
     tracking_uri = resolve_tracking_uri(args.tracking_uri)
+    check_tracking_uri(tracking_uri)
     from platform.optuna_store import check_storage, storage_url
 
     args.optuna_url = storage_url(tracking_uri, args.optuna_storage)

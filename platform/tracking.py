@@ -50,6 +50,39 @@ def resolve_tracking_uri(cli_uri: Optional[str] = None) -> str:
     return uri
 
 
+def check_tracking_uri(uri: str, flag: str = "--tracking-uri") -> None:
+    """Refuse, before anything is written, a tracking URI the sweep could not write to: a SQLite store in a
+    directory that cannot be written, a scheme MLflow has no store for, a server that does not answer. One line
+    naming ``flag``."""
+    from platform.cli import check_writable_dir
+    from platform.errors import UserError
+
+    if uri.startswith("sqlite:///"):
+        path = os.path.abspath(uri[len("sqlite:///"):])
+        if os.path.isdir(path):
+            raise UserError(f"{flag}: {uri} names a directory; give the database file, e.g. sqlite:///{path}/mlflow.db")
+        check_writable_dir(os.path.dirname(path), flag)
+        return
+    if uri.startswith("file:") or "://" not in uri:
+        check_writable_dir(uri[len("file://"):] if uri.startswith("file://") else uri, flag)
+        return
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    os.environ.update({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"})  # no backoff
+    try:
+        from mlflow.tracking._tracking_service.utils import _get_store
+
+        _get_store(uri).search_experiments(max_results=1)
+    except Exception as err:  # noqa: BLE001 - whatever the store says, in one line
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"{flag}: cannot use MLflow store {uri!r}: {reason[:300]}") from None
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def artifact_location(uri: str, experiment_name: str) -> Optional[str]:
     """Artifacts of a SQLite store live beside it (``mlartifacts/``), not in whatever directory we ran from."""
     if uri.startswith("sqlite:///"):
