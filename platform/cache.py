@@ -6,7 +6,10 @@ the stage's code version (:func:`code_version`: a hash of the source of the modu
 that code invalidates old entries without anyone remembering to bump a number) and exactly the config fields it
 reads (canonical JSON). Entries are written to a
 temporary file and renamed into place, so a reader sees a whole entry or none; a per-key file lock makes a
-second trial that wants the same entry wait for the first instead of computing it again.
+second trial that wants the same entry wait for the first instead of computing it again. Each entry's SHA-256 is
+recorded beside it (``<key>.json``, written before the entry) and checked on every read: an entry that does not
+match (flipped bytes, truncated, empty) or does not load is reported with its path on stderr, moved aside
+(``<key>.pt.corrupt-<time>``) and computed again; it is never used.
 
 The cache root must be visible to every node that runs trials (a shared file system on a cluster);
 by default it is ``<results home>/cache``.
@@ -17,8 +20,10 @@ import contextlib
 import fcntl
 import hashlib
 import inspect
+import io
 import json
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -26,7 +31,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-CACHE_FORMAT = 1  # bump when the on-disk layout changes
+CACHE_FORMAT = 2  # bump when the on-disk layout changes (2: a checksum per entry)
 
 
 def _canonical(value: Any) -> Any:
@@ -101,15 +106,35 @@ class StageCache:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with self._lock(path):
             if os.path.isfile(path):
-                self._record(stage, "hit", key)
-                return torch.load(path, weights_only=False), True
+                loaded = self._load_verified(stage, key, path)
+                if loaded is not None:
+                    self._record(stage, "hit", key)
+                    return loaded[0], True
             value = compute()
-            self._write_atomic(path, value)
-            with open(path[:-3] + ".json", "w") as fh:
-                json.dump({"stage": stage.name, "version": stage.version, "fields": fields}, fh, indent=1,
-                          default=str)
+            self._write_entry(path, value, {"stage": stage.name, "version": stage.version, "fields": fields})
             self._record(stage, "computed", key)
             return value, False
+
+    def _load_verified(self, stage: Stage, key: str, path: str) -> Optional[tuple[Any]]:
+        """The entry at ``path`` as a 1-tuple, or None when it fails its checksum or does not load (then it is
+        moved aside, with one warning naming it, and the caller computes it again)."""
+        try:
+            with open(path[:-3] + ".json") as fh:
+                expected = json.load(fh).get("sha256")
+            with open(path, "rb") as fh:
+                data = fh.read()
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != expected:
+                raise ValueError(f"checksum {digest[:12]} != recorded {str(expected)[:12]} ({len(data)} bytes)")
+            return (torch.load(io.BytesIO(data), weights_only=False),)
+        except Exception as err:  # noqa: BLE001 - any unreadable entry is recomputed, never used
+            aside = f"{path}.corrupt-{time.time():.0f}"
+            with contextlib.suppress(OSError):
+                os.replace(path, aside)
+            print(f"warning: stage cache entry {path} is corrupt ({type(err).__name__}: {err}); moved to {aside} "
+                  f"and recomputed", file=sys.stderr, flush=True)
+            self._record(stage, "corrupt", key)
+            return None
 
     def count(self, stage_name: str, event: str = "computed") -> int:
         """How many times an event (computed, hit, computed-uncached) happened for a stage, across processes."""
@@ -120,18 +145,15 @@ class StageCache:
             return sum(1 for line in fh if line.split("\t")[1] == event)
 
     @staticmethod
-    def _write_atomic(path: str, value: Any) -> None:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".pt")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                torch.save(value, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+    def _write_entry(path: str, value: Any, meta: dict) -> None:
+        """Serialise ``value``, write its description with its SHA-256 (``<key>.json``), then rename the entry into
+        place: a reader never sees a partial entry, and an entry never lacks its checksum."""
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        data = buffer.getvalue()
+        _write_atomic(path[:-3] + ".json", json.dumps({**meta, "sha256": hashlib.sha256(data).hexdigest(),
+                                                       "bytes": len(data)}, indent=1, default=str).encode())
+        _write_atomic(path, data)
 
     @contextlib.contextmanager
     def _lock(self, path: str):
@@ -147,6 +169,20 @@ class StageCache:
         os.makedirs(directory, exist_ok=True)
         with open(os.path.join(directory, "events.log"), "a") as fh:
             fh.write(f"{time.time():.3f}\t{event}\t{key}\t{os.getpid()}\n")
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def default_cache_root() -> str:

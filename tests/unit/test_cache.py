@@ -86,3 +86,32 @@ def test_concurrent_processes_compute_once(tmp_path):
         p.join(60)
     assert all(p.exitcode == 0 for p in procs)
     assert len(os.listdir(counter)) == 1
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "no_checksum"])
+def test_corrupt_entry_is_reported_moved_aside_and_recomputed(tmp_path, capsys, damage):
+    """An entry that fails its checksum (or whose checksum record is gone) is never used: one warning naming its
+    file, the file moved aside, the value computed again and stored whole."""
+    cache = StageCache(str(tmp_path))
+    config = {"dataset.name": "digits", "partition.alpha": 0.5, "seed": 0}
+    cache.get_or_compute(STAGE, config, lambda: {"w": torch.arange(1000.0)})
+    path = cache.path(STAGE, stage_key(STAGE.name, STAGE.version, config))
+    data = open(path, "rb").read()
+    if damage == "flip":
+        data = data[:-200] + bytes([data[-200] ^ 0xFF]) + data[-199:]
+    elif damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "empty":
+        data = b""
+    if damage == "no_checksum":
+        os.unlink(path[:-3] + ".json")
+    else:
+        open(path, "wb").write(data)
+    value, hit = cache.get_or_compute(STAGE, config, lambda: {"w": torch.zeros(3)})
+    assert not hit and torch.equal(value["w"], torch.zeros(3))
+    err = capsys.readouterr().err
+    assert f"stage cache entry {path} is corrupt" in err and "recomputed" in err
+    assert [f for f in os.listdir(os.path.dirname(path)) if ".pt.corrupt-" in f]
+    again, hit = cache.get_or_compute(STAGE, config, lambda: {"w": torch.ones(3)})
+    assert hit and torch.equal(again["w"], torch.zeros(3))  # the recomputed entry is whole and verified
+    assert cache.count("clients", "corrupt") == 1
