@@ -139,6 +139,19 @@ def _latest_experiment(storage: str, name: str) -> Optional[str]:
     return os.path.join(storage, candidates[-1]) if candidates else None
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (a scheduler, ``kill``, a container stop) ends the sweep as Ctrl-C does: the open runs are closed as
+    interrupted and the resume hint printed, instead of an abort that leaves them RUNNING."""
+    import signal
+    import threading
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 @main_wrapper
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
@@ -220,6 +233,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     answer = SweepAnswer()
     try:
         mode = connect_ray(args.address)
+        _stop_on_sigterm()  # after Ray's start, which installs a SIGTERM handler that aborts the process
         objectives = ", ".join(f"{m} ({d})" for m, d in space.search.objectives)
         selecting = f"Pareto front of {objectives}" if space.search.multi_objective else f"selecting on {objectives}"
         rounds = "rounds per cell" if "rounds" in space.scenarios else f"{base_config.rounds} rounds"
@@ -262,6 +276,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         status = "KILLED"
         if callback is not None:
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
+        print(f"\ninterrupted; continue with: {_resume_command(space)}", file=sys.stderr, flush=True)
         raise
     finally:
         answer.status = _STATUS_TAGS.get(status, STATUS_FAILED)
@@ -364,18 +379,25 @@ def _ranked_results(grid, metric: str) -> tuple[list, int]:
     return finite, len(ended) - len(finite)
 
 
-def _interrupted(grid, expected: int) -> bool:
-    """True when Tune returned before every trial ended (Ctrl-C, or the driver was asked to stop)."""
+def _resume_command(space) -> str:
+    return f"python -m platform.sweep {space.name} --resume"
+
+
+def _interrupted(grid, expected: int, callback) -> bool:
+    """True when Tune returned before every trial ended (Ctrl-C, SIGTERM, or the driver was asked to stop). Tune
+    marks the trials it stops on a Ctrl-C TERMINATED, like finished ones; what tells them apart is that their run
+    never ended (no complete or error event reached ``callback``)."""
     trials = grid._experiment_analysis.trials
-    return len(trials) < expected or any(t.status not in ("TERMINATED", "ERROR") for t in trials)
+    return (len(trials) < expected or any(t.status not in ("TERMINATED", "ERROR") for t in trials)
+            or bool(callback.open))
 
 
 def _report(grid, space, tracker, parent_run_id, callback, expected: int, answer) -> str:
     from platform.sweep_outputs import log_best
 
-    if _interrupted(grid, expected):
+    if _interrupted(grid, expected, callback):
         callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
-        print(f"\ninterrupted; continue with: python -m platform.sweep {space.name} --resume", file=sys.stderr)
+        print(f"\ninterrupted; continue with: {_resume_command(space)}", file=sys.stderr)
         return "KILLED"
     if space.search.multi_objective:
         return _report_pareto(grid, space, tracker, parent_run_id, callback, answer)
@@ -672,10 +694,10 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
         except KeyboardInterrupt:
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
             raise
-        if _interrupted(grid, expected):
+        if _interrupted(grid, expected, callback):
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
-            print(f"\ninterrupted in scenario cell {number}/{len(cells)} ({label}); continue with: python -m "
-                  f"platform.sweep {space.name} --resume", file=sys.stderr)
+            print(f"\ninterrupted in scenario cell {number}/{len(cells)} ({label}); continue with: "
+                  f"{_resume_command(space)}", file=sys.stderr)
             return "KILLED"
         row = _cell_row(grid, cell_space, cell, info, callback)
         rows.append(row)

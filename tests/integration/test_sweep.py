@@ -1,10 +1,14 @@
 """The sweep CLI end to end in one process: real Ray Tune, real Optuna, a real MLflow store."""
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import yaml
 
-from tests.conftest import mlflow_runs
+from tests.conftest import REPO_ROOT, mlflow_runs
 
 FAST_SPACE = {
     "description": "test sweep",
@@ -201,3 +205,38 @@ def test_trial_stopped_by_asha_is_tagged_with_its_round(ray_local, tracking_uri,
     study = optuna.load_study(study_name=parent.data.tags["fedsweep.optuna_studies"], storage=storage)
     states = {t.params["clients.lr"]: t.state for t in study.trials}
     assert states == {0.05: optuna.trial.TrialState.COMPLETE, 0.00001: optuna.trial.TrialState.PRUNED}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_late_interrupt_is_reported_as_interrupted(tmp_path, signum):
+    """Ctrl-C (or SIGTERM) once every trial has started: exit 130, the resume hint, the parent KILLED with status
+    interrupted, and no child run left RUNNING (Tune marks the stopped trials TERMINATED, like finished ones)."""
+    space = {**FAST_SPACE, "parameters": {"clients.lr": {"grid": [0.05, 0.02]}},
+             "base": {**FAST_SPACE["base"], "rounds": 300},
+             "search": {"searcher": "grid", "num_samples": 1, "seeds": [0], "metric": "val_accuracy", "mode": "max",
+                        "max_concurrent_trials": 2}}
+    path = tmp_path / "late.yaml"
+    path.write_text(yaml.safe_dump(space))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = subprocess.Popen([sys.executable, "-m", "platform.sweep", str(path), "--tracking-uri", uri,
+                             "--storage-path", str(tmp_path / "tune")], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    seen, started = [], set()
+    deadline = time.time() + 240
+    for line in proc.stdout:
+        seen.append(line)
+        if " start " in line:
+            started.add(line.split("]")[0])
+        if len(started) == 2 and " round 2/300" in line or time.time() > deadline:
+            proc.send_signal(signum)
+            break
+    rest, _ = proc.communicate(timeout=240)
+    out = "".join(seen) + rest
+    assert proc.returncode == 130, out[-3000:]
+    assert "continue with: python -m platform.sweep late --resume" in out and "best of" not in out
+    _, runs = mlflow_runs(uri, "late")
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert parent.info.status == "KILLED" and parent.data.tags["status"] == "interrupted"
+    assert len(children) == 2
+    assert [(c.info.status, c.data.tags["status"]) for c in children] == [("KILLED", "interrupted")] * 2
