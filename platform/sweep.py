@@ -57,8 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="RDB URL of the persistent Optuna study, which optuna-dashboard opens (default: "
                              "$FEDSWEEP_OPTUNA_STORAGE, else sqlite:///optuna.db beside a SQLite MLflow store, else "
                              "in the results home)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the most recent interrupted run of this sweep from --storage-path")
+    parser.add_argument("--resume", nargs="?", const=True, default=False, metavar="SWEEP_ID",
+                        help="continue an interrupted sweep from --storage-path: the one named SWEEP_ID (printed when "
+                             "it was interrupted, e.g. smoke-20261126-011227-624ecf), else the newest unfinished sweep "
+                             "of the named space; its stored invocation (--set, --num-samples, stores) is reused, "
+                             "and conflicting flags are refused")
     parser.add_argument("--cache-dir", help="stage cache (default: $FEDSWEEP_CACHE, else <results home>/cache); "
                                             "must be visible to every node")
     parser.add_argument("--no-cache", action="store_true",
@@ -131,12 +134,68 @@ def _experiment_name(space_name: str) -> str:
     return f"{space_name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
-def _latest_experiment(storage: str, name: str) -> Optional[str]:
+def _latest_unfinished(storage: str, name: str) -> Optional[str]:
+    """The newest sweep of space ``name`` under ``storage`` that did not complete (None if there is none)."""
     if not os.path.isdir(storage):
         return None
     candidates = sorted(d for d in os.listdir(storage) if d.startswith(f"{name}-")
-                        and os.path.isfile(os.path.join(storage, d, STATE_FILE)))
+                        and os.path.isfile(os.path.join(storage, d, STATE_FILE))
+                        and _read_state(os.path.join(storage, d)).get("status") != STATUS_COMPLETED)
     return os.path.join(storage, candidates[-1]) if candidates else None
+
+
+# What a sweep's invocation stores (in its STATE_FILE) for --resume to restore: the flags that change the experiment.
+_INVOCATION_FLAGS = {"name": "the search space", "overrides": "--set", "num_samples": "--num-samples",
+                     "tracking_uri": "--tracking-uri", "cache_dir": "--cache-dir", "no_cache": "--no-cache",
+                     "optuna_storage": "--optuna-storage"}
+
+
+def _invocation(args) -> dict:
+    """The flags that define a sweep, as given (the space by absolute path when it was a YAML file)."""
+    stored = {key: getattr(args, key) for key in _INVOCATION_FLAGS}
+    if stored["name"] and os.path.isfile(stored["name"]):
+        stored["name"] = os.path.abspath(stored["name"])
+    from platform.tracking import git_commit
+
+    return {**stored, "git_commit": git_commit()}
+
+
+def _resolve_resume(args, home: str) -> str:
+    """The experiment directory ``--resume`` continues, with ``args`` completed from its stored invocation. A flag
+    given again must match what is stored (one line naming it otherwise)."""
+    storage = os.path.abspath(args.storage_path or os.path.join(home, "ray_results"))
+    if isinstance(args.resume, str) and not args.name and not os.path.isdir(os.path.join(storage, args.resume)):
+        args.name, args.resume = args.resume, True  # "--resume smoke": a space's name, not a sweep id
+    if isinstance(args.resume, str):
+        resume_dir = os.path.join(storage, args.resume)
+        if not os.path.isfile(os.path.join(resume_dir, STATE_FILE)):
+            raise UserError(f"--resume: no sweep {args.resume!r} under {storage}")
+    else:
+        if not args.name:
+            raise UserError("--resume: name the search space, or give the sweep id it printed (--resume SWEEP_ID)")
+        space_name = os.path.splitext(os.path.basename(args.name))[0]
+        resume_dir = _latest_unfinished(storage, space_name)
+        if resume_dir is None:
+            raise UserError(f"--resume: no unfinished sweep of {space_name!r} under {storage}")
+    state = _read_state(resume_dir)
+    if state.get("status") == STATUS_COMPLETED:
+        raise UserError(f"--resume: sweep {os.path.basename(resume_dir)} completed; start a new one without --resume")
+    stored = state.get("invocation")
+    if stored is None:  # a sweep from before invocations were stored: the flags as given now
+        return resume_dir
+    for key, flag in _INVOCATION_FLAGS.items():
+        given, kept = getattr(args, key), stored.get(key)
+        if key == "name" and given and kept and os.path.isfile(given):
+            given = os.path.abspath(given)
+        if given in (None, [], False) or given == kept or (key == "name" and kept and given == os.path.splitext(
+                os.path.basename(kept))[0]):
+            setattr(args, key, kept)
+            continue
+        raise UserError(f"--resume: {flag} {given!r} conflicts with the interrupted sweep's {kept!r}; drop it "
+                        f"(--resume reuses the sweep's own), or start a new sweep")
+    if args.tracking_uri is None:  # the store it wrote to, wherever --resume runs from
+        args.tracking_uri = state.get("tracking_uri")
+    return resume_dir
 
 
 def _stop_on_sigterm() -> None:
@@ -156,19 +215,24 @@ def _stop_on_sigterm() -> None:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.invocation = None  # set once the flags are final (after --resume restored them)
     if args.list:
         print("\n".join(available_search_spaces()))
         return 0
+    from platform.tracking import results_home
+
+    resume_dir = _resolve_resume(args, results_home()) if args.resume else None
     if not args.name:
         raise UserError(f"name a search space; available: {', '.join(available_search_spaces())}")
     if args.num_samples is not None and args.num_samples < 1:
         raise UserError(f"--num-samples: must be >= 1, got {args.num_samples}")
     overrides = dict(parse_override(o) for o in args.overrides)
+    args.invocation = _invocation(args)
     # Everything is validated before anything is written: MLflow, Tune storage, Ray.
     space = load_search_space(args.name, overrides, args.num_samples)
     base_config = space.trial_config({})
     space = _pin_public_image(space, base_config)
-    from platform.tracking import resolve_tracking_uri, results_home
+    from platform.tracking import resolve_tracking_uri
 
     storage = args.storage_path or os.path.join(results_home(), "ray_results")
     for flag, path in (("--storage-path", storage), ("--cache-dir", args.cache_dir or "")):
@@ -182,9 +246,6 @@ def main(argv=None) -> int:
     check_writable_dir(storage, "--storage-path")
     if args.cache_dir:
         check_writable_dir(args.cache_dir, "--cache-dir")
-    resume_dir = _latest_experiment(storage, space.name) if args.resume else None
-    if args.resume and resume_dir is None:
-        raise UserError(f"--resume: no earlier run of sweep {space.name!r} under {storage}")
     if resume_dir:
         _check_resumable(resume_dir, space)
     tracking_uri = resolve_tracking_uri(args.tracking_uri)
@@ -269,17 +330,19 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
             tuner = tune.Tuner.restore(resume_dir, trainable, resume_unfinished=True, resume_errored=True)
         else:
             tuner = _new_tuner(trainable, space, base_config, storage, experiment, callback, parent_run_id,
-                               tracking_uri)
+                               tracking_uri, args.invocation)
         grid = tuner.fit()
         status = _report(grid, space, tracker, parent_run_id, callback, expected_trials, answer)
     except KeyboardInterrupt:
         status = "KILLED"
         if callback is not None:
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
-        print(f"\ninterrupted; continue with: {_resume_command(space)}", file=sys.stderr, flush=True)
+        print(f"\ninterrupted; continue with: {_resume_command(space, experiment, storage)}", file=sys.stderr,
+              flush=True)
         raise
     finally:
         answer.status = _STATUS_TAGS.get(status, STATUS_FAILED)
+        _record_status(os.path.join(storage, experiment), answer.status)
         tracker.set_tag(parent_run_id, TAG_STATUS, answer.status)
         publish(tracker, parent_run_id, space, answer, args.optuna_url, quiet=args.quiet)
         tracker.end_run(parent_run_id, status)
@@ -342,11 +405,12 @@ def _trainable(space, base_config, shared, args):
         tune.PlacementGroupFactory(trial_bundles(base_config.resources)))
 
 
-def _new_tuner(trainable, space, base_config, storage, name, callback, parent_run_id, tracking_uri):
+def _new_tuner(trainable, space, base_config, storage, name, callback, parent_run_id, tracking_uri, invocation):
     """A Tuner for a new sweep; its experiment directory records the parent run, for ``--resume``."""
     os.makedirs(os.path.join(storage, name))  # a name of its own (see _experiment_name): never another sweep's
-    with open(os.path.join(storage, name, STATE_FILE), "w") as fh:
-        json.dump({"parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "search_space": space.path}, fh)
+    _write_state(os.path.join(storage, name), {"parent_run_id": parent_run_id, "tracking_uri": tracking_uri,
+                                               "search_space": space.path, "status": STATUS_RUNNING,
+                                               "invocation": invocation})
     return _tuner(trainable, space, base_config, storage, name, callback)
 
 
@@ -379,8 +443,19 @@ def _ranked_results(grid, metric: str) -> tuple[list, int]:
     return finite, len(ended) - len(finite)
 
 
-def _resume_command(space) -> str:
-    return f"python -m platform.sweep {space.name} --resume"
+def _resume_command(space, experiment: str, storage: str) -> str:
+    """The line that continues this sweep: its id (the stored invocation supplies the rest), and the storage when it
+    is not the default."""
+    from platform.tracking import results_home
+
+    where = "" if storage == os.path.join(results_home(), "ray_results") else f" --storage-path {storage}"
+    return f"python -m platform.sweep --resume {experiment}{where}"
+
+
+def _record_status(directory: str, status: str) -> None:
+    """The sweep's status in its STATE_FILE (``--resume`` skips completed sweeps); nothing if it never started."""
+    if os.path.isfile(os.path.join(directory, STATE_FILE)):
+        _write_state(directory, {**_read_state(directory), "status": status})
 
 
 def _interrupted(grid, expected: int, callback) -> bool:
@@ -397,7 +472,8 @@ def _report(grid, space, tracker, parent_run_id, callback, expected: int, answer
 
     if _interrupted(grid, expected, callback):
         callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
-        print(f"\ninterrupted; continue with: {_resume_command(space)}", file=sys.stderr)
+        print(f"\ninterrupted; continue with: {_resume_command(space, os.path.basename(grid.experiment_path), os.path.dirname(grid.experiment_path))}",
+              file=sys.stderr)
         return "KILLED"
     if space.search.multi_objective:
         return _report_pareto(grid, space, tracker, parent_run_id, callback, answer)
@@ -650,7 +726,8 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
         sweep_dir = os.path.join(storage, experiment)
         os.makedirs(sweep_dir)
         state = {"parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "search_space": space.path,
-                 "scenarios": [cell_label(c) for c in cells], "cells_done": {}}
+                 "scenarios": [cell_label(c) for c in cells], "cells_done": {}, "status": STATUS_RUNNING,
+                 "invocation": args.invocation}
         _write_state(sweep_dir, state)
     done = state.setdefault("cells_done", {})
     log = (lambda *a, **k: None) if args.quiet else print
@@ -697,7 +774,7 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
         if _interrupted(grid, expected, callback):
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
             print(f"\ninterrupted in scenario cell {number}/{len(cells)} ({label}); continue with: "
-                  f"{_resume_command(space)}", file=sys.stderr)
+                  f"{_resume_command(space, os.path.basename(sweep_dir), storage)}", file=sys.stderr)
             return "KILLED"
         row = _cell_row(grid, cell_space, cell, info, callback)
         rows.append(row)

@@ -106,7 +106,16 @@ def test_each_cell_is_a_study_of_its_own(ray_local, one_torch_thread, tracking_u
                             best.data.metrics["final_val_accuracy"])
     assert parent.data.metrics["trials_completed"] == 4
 
-    # --resume of a sweep whose cells all finished: every cell skipped, the same bests, no new trial
+    # a completed sweep is not resumed (its parent stays FINISHED) ...
+    assert main([*args, "--resume"]) == 2
+    assert "--resume: no unfinished sweep of 'scen'" in capsys.readouterr().err
+    # ... but one interrupted after its cells finished skips every cell: the same bests, no new trial
+    from platform.sweep import STATE_FILE
+
+    (sweep_dir,) = (tmp_path / "tune").iterdir()
+    state = json.loads((sweep_dir / STATE_FILE).read_text())
+    assert state["status"] == "completed" and state["invocation"]["name"] == args[0]
+    (sweep_dir / STATE_FILE).write_text(json.dumps({**state, "status": "interrupted"}))
     rc = main([*args, "--resume"])
     again = capsys.readouterr().out
     assert rc == 0, again

@@ -166,8 +166,16 @@ def test_interrupted_sweep_resumes_without_duplicate_rounds(tmp_path):
     rest, _ = proc.communicate(timeout=240)
     seen.append(rest)
     assert proc.returncode != 0, "".join(seen)
-    assert "--resume" in "".join(seen)
-    resumed = run_cli("platform.sweep", *args, "--resume", cwd=REPO_ROOT, timeout=480)
+    # the printed hint alone continues it, from another directory: the sweep's stored invocation supplies the
+    # space file, the store and the overrides
+    hint = next(line for line in "".join(seen).splitlines() if "continue with: " in line).split("continue with: ")[1]
+    module, *hint_args = hint.split()[2:]
+    assert module == "platform.sweep" and hint_args[0] == "--resume" and str(tmp_path / "tune") in hint_args
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    conflicting = run_cli("platform.sweep", *hint_args, "--set", "rounds=7", cwd=str(elsewhere), timeout=120)
+    assert conflicting.returncode == 2 and "--resume: --set ['rounds=7'] conflicts" in conflicting.stderr
+    resumed = run_cli("platform.sweep", *hint_args, cwd=str(elsewhere), timeout=480)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     client, runs = mlflow_runs(uri, "resumable")
     assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
@@ -233,7 +241,7 @@ def test_a_late_interrupt_is_reported_as_interrupted(tmp_path, signum):
     rest, _ = proc.communicate(timeout=240)
     out = "".join(seen) + rest
     assert proc.returncode == 130, out[-3000:]
-    assert "continue with: python -m platform.sweep late --resume" in out and "best of" not in out
+    assert "continue with: python -m platform.sweep --resume late-" in out and "best of" not in out
     _, runs = mlflow_runs(uri, "late")
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
