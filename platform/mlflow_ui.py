@@ -9,7 +9,7 @@ machine-learning view. The URL must carry no facet parameter (``searchFilter``, 
 ignores the shared view when it does.
 
 Verified against the MLflow 3.17 UI bundle (``mlflow/server/js/build``) and a real browser
-(``tests/integration/test_mlflow_ui_browser.py``).
+(``tests/integration/test_smoke_sweep.py``).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The deep link a sweep prints, opened in a real browser: a finished tiny smoke sweep (real Ray, real SQLite
-store), a real ``mlflow server`` on that store, headless Chromium. The link must open the sweep's trials -- not
+"""A finished tiny smoke sweep (real Ray, real SQLite store), checked through the MLflow and Optuna APIs, then the
+deep link it prints opened in a real browser: a real ``mlflow server`` on that store, headless Chromium. The link must open the sweep's trials -- not
 its parent -- in the machine-learning runs table, with the swept params and the search metric as columns and
 sorted best first; the parent run's description must name the best trial and link to it."""
 from __future__ import annotations
@@ -15,8 +15,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-pytest.importorskip("selenium")
-
 from platform.mlflow_ui import free_port, run_link, start_server, stop_server, wait_for_server  # noqa: E402
 
 SWEPT = ["algorithm.name", "algorithm.mu", "clients.lr"]  # search_spaces/smoke.yaml
@@ -29,9 +27,12 @@ NO_BROWSER = "no chromium/chromedriver: apt install chromium chromium-driver"
 def start_chromium(width: int = 1920, height: int = 1080):
     """Headless Chromium through /usr/bin/chromedriver (else whatever chromedriver is on PATH, else
     selenium-manager); skips the test when there is no browser."""
-    from selenium import webdriver
-    from selenium.common.exceptions import WebDriverException
-    from selenium.webdriver.chrome.service import Service
+    try:
+        from selenium import webdriver
+        from selenium.common.exceptions import WebDriverException
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.skip("selenium is not installed: pip install -e '.[test]'")
 
     options = webdriver.ChromeOptions()
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={width},{height}"):
@@ -62,6 +63,8 @@ class Sweep:
     children: dict  # run id -> mlflow Run
     link: str  # the printed deep link, pointed at the test's server
     ui: str  # the test's server
+    stdout: str  # what the sweep printed
+    uri: str  # its MLflow store
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +123,7 @@ def sweep(store, mlflow_server, ray_local) -> Sweep:
     ui, process, log = mlflow_server
     wait_for_server(ui, process, log)
     link = urlunsplit(urlsplit(printed[0])._replace(netloc=urlsplit(ui).netloc))
-    return Sweep(experiment_id, parent.info.run_id, children, link, ui)
+    return Sweep(experiment_id, parent.info.run_id, children, link, ui, stdout, uri)
 
 
 def wait(driver, seconds: float = WAIT_S):
@@ -207,3 +210,68 @@ def test_parent_run_description_names_the_best_trial_and_links_to_it(browser, sw
     finally:
         browser.close()
         browser.switch_to.window(main_tab)
+
+
+def test_smoke_sweep_writes_parent_and_child_runs(sweep):
+    """The sweep the browser tests open, checked through the MLflow and Optuna APIs."""
+    from tests.conftest import mlflow_runs
+
+    out, tracking_uri = sweep.stdout, sweep.uri
+    assert "best of 3 trial(s)" in out and f"mlflow ui --backend-store-uri {tracking_uri}" in out
+    client, runs = mlflow_runs(tracking_uri, "smoke")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 3
+    parent = parents[0]
+    assert parent.info.status == "FINISHED" and parent.data.tags["fedsweep.search_space"] == "smoke"
+    assert parent.data.tags["mlflow.source.git.commit"] and "platform.sweep" in parent.data.tags["fedsweep.command"]
+    assert "best_val_accuracy" in parent.data.metrics and "best_trial_test_accuracy" in parent.data.metrics
+    for child in children:
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.data.tags["status"] in ("completed", "early-stopped")
+        assert child.info.status == "FINISHED"
+        assert child.data.params["dataset.name"] == "digits" and "clients.lr" in child.data.params
+        history = client.get_metric_history(child.info.run_id, "test_accuracy")
+        steps = [m.step for m in history]
+        assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 1
+        for key in ("test_loss", "train_loss", "seconds"):
+            assert len(client.get_metric_history(child.info.run_id, key)) == len(steps)
+        assert child.data.metrics["rounds_completed"] == len(steps)
+        if child.data.params["algorithm.name"] == "fedavg":
+            assert "algorithm.mu" not in child.data.params
+        else:
+            assert 0.001 <= float(child.data.params["algorithm.mu"]) <= 1.0
+        # named from its swept values; the headline metrics per seed beside the mean
+        assert child.info.run_name.split()[0] == child.data.params["algorithm.name"]
+        assert f"lr={float(child.data.params['clients.lr']):.4g}" in child.info.run_name
+        assert child.data.metrics["test_accuracy/seed_0"] == child.data.metrics["test_accuracy"]
+    _check_answer_is_published(client, parent, children, out)
+
+
+def _check_answer_is_published(client, parent, children, out):
+    """The parent names the best trial (description, params, tag), the printed deep link's view exists, and the
+    persistent Optuna study holds every trial with its MLflow run and plots on the parent."""
+    import optuna
+
+    from platform.mlflow_ui import run_link
+
+    best = max(children, key=lambda c: c.data.metrics["final_val_accuracy"])
+    assert parent.data.tags["best_trial_run_id"] == best.info.run_id
+    for key in ("algorithm.name", "clients.lr"):
+        assert parent.data.params[f"best.{key}"] == best.data.params[key]
+    note = parent.data.tags["mlflow.note.content"]
+    assert f"[{best.info.run_name}]({run_link(parent.info.experiment_id, best.info.run_id)})" in note
+    assert "`algorithm.mu`: loguniform" in note and "**Status:** completed" in note
+    link = next(line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("open: "))
+    key = link.split("viewStateShareKey=")[1].split("&")[0]
+    experiment = client.get_experiment(parent.info.experiment_id)
+    assert f"mlflow.sharedViewState.{key}" in experiment.tags and "workflowType=machine_learning" in link
+    storage = next(line for line in out.splitlines() if line.startswith("optuna: ")).split()[2]
+    study = optuna.load_study(study_name=parent.data.tags["fedsweep.optuna_studies"], storage=storage)
+    assert sorted(t.user_attrs["mlflow_run_id"] for t in study.trials) == sorted(c.info.run_id for c in children)
+    for trial in study.trials:
+        child = next(c for c in children if c.info.run_id == trial.user_attrs["mlflow_run_id"])
+        assert trial.value == child.data.metrics["final_val_accuracy"]
+        assert max(trial.intermediate_values) == child.data.metrics["rounds_completed"]
+    plots = {a.path for a in client.list_artifacts(parent.info.run_id, "optuna")}
+    assert {"optuna/optuna_plots.html", "optuna/optimization_history.png"} <= plots
