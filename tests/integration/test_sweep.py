@@ -80,7 +80,7 @@ def test_interrupted_sweep_resumes_without_duplicate_rounds(tmp_path):
     from tests.conftest import REPO_ROOT, run_cli
 
     space = dict(FAST_SPACE)
-    space["base"] = {**FAST_SPACE["base"], "rounds": 6}
+    space["base"] = {**FAST_SPACE["base"], "rounds": 4}
     space["search"] = {**FAST_SPACE["search"], "seeds": [0], "checkpoint_every": 2, "max_concurrent_trials": 1}
     path = tmp_path / "resumable.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
@@ -92,7 +92,7 @@ def test_interrupted_sweep_resumes_without_duplicate_rounds(tmp_path):
     deadline = time.time() + 240
     for line in proc.stdout:
         seen.append(line)
-        if "[trial 2/3] round 3/6" in line or time.time() > deadline:
+        if "[trial 2/3] round 3/4" in line or time.time() > deadline:
             proc.send_signal(signal.SIGINT)
             break
     rest, _ = proc.communicate(timeout=240)
@@ -113,7 +113,7 @@ def test_interrupted_sweep_resumes_without_duplicate_rounds(tmp_path):
     assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
     for child in (r for r in runs if "mlflow.parentRunId" in r.data.tags):
         steps = [m.step for m in client.get_metric_history(child.info.run_id, "test_accuracy")]
-        assert steps == list(range(1, 7)), steps
+        assert steps == list(range(1, 5)), steps
         assert child.data.tags["status"] == "completed"
 
 
@@ -151,23 +151,20 @@ def test_trial_stopped_by_asha_is_tagged_with_its_round(ray_local, tracking_uri,
 def test_a_late_interrupt_is_reported_as_interrupted(tmp_path, signum):
     """Ctrl-C (or SIGTERM) once every trial has started: exit 130, the resume hint, the parent KILLED with status
     interrupted, and no child run left RUNNING (Tune marks the stopped trials TERMINATED, like finished ones)."""
-    space = {**FAST_SPACE, "parameters": {"clients.lr": {"grid": [0.05, 0.02]}},
+    space = {**FAST_SPACE, "parameters": {"clients.lr": {"grid": [0.05]}},  # one trial: all have started
              "base": {**FAST_SPACE["base"], "rounds": 300},
-             "search": {"searcher": "grid", "num_samples": 1, "seeds": [0], "metric": "val_accuracy", "mode": "max",
-                        "max_concurrent_trials": 2}}
+             "search": {"searcher": "grid", "num_samples": 1, "seeds": [0], "metric": "val_accuracy", "mode": "max"}}
     path = tmp_path / "late.yaml"
     path.write_text(yaml.safe_dump(space))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     proc = subprocess.Popen([sys.executable, "-m", "platform.sweep", str(path), "--tracking-uri", uri,
                              "--storage-path", str(tmp_path / "tune")], cwd=REPO_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    seen, started = [], set()
+    seen = []
     deadline = time.time() + 240
     for line in proc.stdout:
         seen.append(line)
-        if " start " in line:
-            started.add(line.split("]")[0])
-        if len(started) == 2 and " round 2/300" in line or time.time() > deadline:
+        if " round 2/300" in line or time.time() > deadline:
             proc.send_signal(signum)
             break
     rest, _ = proc.communicate(timeout=240)
@@ -178,5 +175,4 @@ def test_a_late_interrupt_is_reported_as_interrupted(tmp_path, signum):
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert parent.info.status == "KILLED" and parent.data.tags["status"] == "interrupted"
-    assert len(children) == 2
-    assert [(c.info.status, c.data.tags["status"]) for c in children] == [("KILLED", "interrupted")] * 2
+    assert [(c.info.status, c.data.tags["status"]) for c in children] == [("KILLED", "interrupted")]
