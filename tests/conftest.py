@@ -12,13 +12,14 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def ray_local():
-    """A real local Ray instance with 2 CPUs, shut down after the module (e2e tests start their own cluster)."""
+    """A real local Ray instance with 2 CPUs, started by the first module that needs it and kept for the next ones
+    (a start costs seconds; each module's actors are its own, and Tune ends its trials' processes). Ray shuts it down
+    at exit; the e2e tests shut it down before starting their own cluster, and the next test here starts it again."""
     import ray
 
     if not ray.is_initialized():
         ray.init(num_cpus=2, log_to_driver=False, include_dashboard=False, object_store_memory=300 * 1024 ** 2)
-    yield ray
-    ray.shutdown()
+    return ray
 
 
 @pytest.fixture
