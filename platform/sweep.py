@@ -341,8 +341,13 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
               flush=True)
         raise
     finally:
+        from platform.tracking import close_orphan_runs
+
         answer.status = _STATUS_TAGS.get(status, STATUS_FAILED)
         _record_status(os.path.join(storage, experiment), answer.status)
+        orphans = close_orphan_runs(tracker, parent_run_id)
+        if orphans:
+            print(f"closed {orphans} run(s) left RUNNING by an earlier driver that was killed", file=sys.stderr)
         tracker.set_tag(parent_run_id, TAG_STATUS, answer.status)
         publish(tracker, parent_run_id, space, answer, args.optuna_url, quiet=args.quiet)
         tracker.end_run(parent_run_id, status)
@@ -472,8 +477,8 @@ def _report(grid, space, tracker, parent_run_id, callback, expected: int, answer
 
     if _interrupted(grid, expected, callback):
         callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
-        print(f"\ninterrupted; continue with: {_resume_command(space, os.path.basename(grid.experiment_path), os.path.dirname(grid.experiment_path))}",
-              file=sys.stderr)
+        experiment, storage = os.path.basename(grid.experiment_path), os.path.dirname(grid.experiment_path)
+        print(f"\ninterrupted; continue with: {_resume_command(space, experiment, storage)}", file=sys.stderr)
         return "KILLED"
     if space.search.multi_objective:
         return _report_pareto(grid, space, tracker, parent_run_id, callback, answer)

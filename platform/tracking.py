@@ -18,10 +18,11 @@ from typing import Any, Optional
 from ray import tune
 
 from platform.run_schema import (ARTIFACT_ARRAYS, MAX_ARRAY_ELEMENTS, METRIC_BEST, METRIC_FINAL,
-                                 METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, PER_SEED_SEPARATOR, RESULT_ARRAYS, STATUS_COMPLETED,
-                                 STATUS_DIVERGED, STATUS_EARLY_STOPPED, STATUS_FAILED, STATUS_RUNNING, TAG_PARENT_RUN, TAG_SAMPLED,
-                                 TAG_SAMPLER_SEED, TAG_SCENARIO, TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS,
-                                 TAG_STOPPED_EARLY, TAG_TRIAL_ID)
+                                 METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, PER_SEED_SEPARATOR, RESULT_ARRAYS,
+                                 STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED, STATUS_FAILED,
+                                 STATUS_INTERRUPTED, STATUS_RUNNING, TAG_PARENT_RUN, TAG_SAMPLED, TAG_SAMPLER_SEED,
+                                 TAG_SCENARIO, TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY,
+                                 TAG_TRIAL_ID)
 
 DEFAULT_STORE_FILE = "mlflow.db"
 
@@ -208,6 +209,19 @@ class Tracker:
         self.client.log_text(run_id, text, artifact_file)
 
 
+def close_orphan_runs(tracker: "Tracker", parent_run_id: str) -> int:
+    """End, as interrupted (KILLED), every child run of ``parent_run_id`` still RUNNING once the sweep's own runs are
+    closed: runs of trials whose driver was killed (kill -9) before Tune saved them, which no trial continues.
+    Returns how many."""
+    orphans = tracker.client.search_runs(
+        [tracker.experiment_id], max_results=10000,
+        filter_string=f"tags.`{TAG_PARENT_RUN}` = '{parent_run_id}' and attributes.status = 'RUNNING'")
+    for run in orphans:
+        tracker.set_tag(run.info.run_id, TAG_STATUS, STATUS_INTERRUPTED)
+        tracker.end_run(run.info.run_id, "KILLED")
+    return len(orphans)
+
+
 def log_partition(tracker: "Tracker", run_id: str, config, labels, num_classes: int, groups=None,
                   coarse_labels=None) -> str:
     """Log the client × class count matrix (text) and its heat-map (PNG) as artifacts; return the text."""
@@ -370,8 +384,32 @@ class MlflowSweepCallback(tune.Callback):
         config = trial.config or {}
         return dict(config.get("params", config))
 
+    def _adopt_existing_run(self, trial) -> bool:
+        """A child run this sweep already made for ``trial`` that the restored state does not know (the driver
+        died after creating it, before Tune saved its state): the trial continues it, from its last logged round,
+        instead of getting a second run. False when there is none."""
+        found = self.tracker.client.search_runs(
+            [self.tracker.experiment_id], max_results=1,
+            filter_string=f"tags.`{TAG_PARENT_RUN}` = '{self.parent_run_id}' and tags.`{TAG_TRIAL_ID}` = "
+                          f"'{trial.trial_id}'")
+        if not found:
+            return False
+        run = found[0]
+        self.runs[trial.trial_id], self.names[trial.trial_id] = run.info.run_id, run.info.run_name
+        self.numbers[trial.trial_id] = len(self.numbers) + 1
+        return True
+
+    def _catch_up(self, trial_id: str) -> None:
+        """Take a reopened run's last logged round from the store: the state Tune restored may predate rounds the
+        killed driver had already logged, which the trial (back at its checkpoint) reports again."""
+        history = self.tracker.client.get_metric_history(self.runs[trial_id], self.space.search.metrics[0])
+        logged = max((m.step for m in history), default=0)
+        if logged > self.last.get(trial_id, {}).get("round", 0):
+            self.last[trial_id] = {**self.last.get(trial_id, {}), "round": logged}
+
     def on_trial_start(self, iteration, trials, trial, **info):
-        if trial.trial_id in self.runs:  # resumed trial: reopen its run
+        if trial.trial_id in self.runs or self._adopt_existing_run(trial):  # a resumed trial: reopen its run
+            self._catch_up(trial.trial_id)
             self.tracker.client.update_run(self.runs[trial.trial_id], status="RUNNING")
             self.tracker.set_tag(self.runs[trial.trial_id], TAG_STATUS, STATUS_RUNNING)
             self.open.add(trial.trial_id)

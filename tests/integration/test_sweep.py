@@ -176,3 +176,39 @@ def test_a_late_interrupt_is_reported_as_interrupted(tmp_path, signum):
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert parent.info.status == "KILLED" and parent.data.tags["status"] == "interrupted"
     assert [(c.info.status, c.data.tags["status"]) for c in children] == [("KILLED", "interrupted")]
+
+
+def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tmp_path):
+    """kill -9 of the sweep's driver mid-trial, then --resume: each Tune trial has exactly one child run (a trial
+    the restored state did not know continues the run it had), every run ends, and none is left RUNNING."""
+    from tests.conftest import run_cli
+
+    space = dict(FAST_SPACE)
+    space["base"] = {**FAST_SPACE["base"], "rounds": 4}
+    space["search"] = {**FAST_SPACE["search"], "seeds": [0], "checkpoint_every": 2, "max_concurrent_trials": 1}
+    path = tmp_path / "killed.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = [str(path), "--tracking-uri", uri, "--storage-path", str(tmp_path / "tune")]
+    proc = subprocess.Popen([sys.executable, "-m", "platform.sweep", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 240
+    for line in proc.stdout:
+        if "[trial 2/3] round 3/4" in line or time.time() > deadline:
+            proc.kill()  # SIGKILL: no handler runs, the runs it had open stay RUNNING
+            break
+    proc.communicate(timeout=60)
+    resumed = run_cli("platform.sweep", *args, "--resume", cwd=REPO_ROOT, timeout=480)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    client, runs = mlflow_runs(uri, "killed")
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    trial_ids = [c.data.tags["fedsweep.trial_id"] for c in children]
+    assert len(trial_ids) == len(set(trial_ids)), trial_ids  # one run per trial
+    finished = [c for c in children if c.data.tags["status"] == "completed"]
+    assert len(finished) == 3, [(c.info.run_name, c.data.tags["status"]) for c in children]
+    for child in finished:
+        steps = [m.step for m in client.get_metric_history(child.info.run_id, "test_accuracy")]
+        assert steps == list(range(1, 5)), steps
+    assert all(c.info.status == "KILLED" and c.data.tags["status"] == "interrupted"
+               for c in children if c not in finished)  # a trial Tune had not saved: its run closed, not left
