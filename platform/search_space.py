@@ -143,6 +143,9 @@ class SearchConfig:
     sampler_seed: int = spec(0, doc="Seed of the Optuna sampler.", ge=0)
     checkpoint_every: int = spec(0, doc="Checkpoint each trial every this many rounds so --resume continues it "
                                         "mid-way; 0 = never (an interrupted trial restarts from round 1).", ge=0)
+    max_failures: int = spec(1, doc="Times a failed trial is run again (from its last checkpoint, else from round "
+                                    "1) before it counts as failed: a killed trial process or node; 0 = never.",
+                             ge=0)
 
     def validate(self, path: str) -> None:
         _check_metric_and_mode(self.metric, self.mode, path)

@@ -436,7 +436,7 @@ def _tuner(trainable, space, base_config, storage, name, callback):
             max_concurrent_trials=search.max_concurrent_trials,
             reuse_actors=True),  # a finished trial's process and actors serve the next (WarmActors)
         run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=[callback], verbose=0,
-                                  failure_config=tune.FailureConfig(max_failures=0),
+                                  failure_config=tune.FailureConfig(max_failures=search.max_failures),
                                   checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
 
 
@@ -508,7 +508,9 @@ def _report(grid, space, tracker, parent_run_id, callback, expected: int, answer
         log_best(tracker, parent_run_id, answer.best)
     reported = "".join(f", {k} {best.metrics[k]:.4f}" for k in ("test_accuracy", "test_loss")
                        if k != metric and k in best.metrics)  # selected on validation, reported on test
-    print(f"\nbest of {len(finished)} trial(s) ({failed} failed{f', {diverged} diverged' if diverged else ''}): "
+    retried = sum(1 for n in callback.retries.values() if n)
+    print(f"\nbest of {len(finished)} trial(s) ({failed} failed{f', {diverged} diverged' if diverged else ''}"
+          f"{f', {retried} run again after a failure' if retried else ''}): "
           f"{metric} = {figure} at round "
           f"{best.metrics.get('round')}{reported}")
     for k, v in params.items():

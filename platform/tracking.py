@@ -350,17 +350,19 @@ class MlflowSweepCallback(tune.Callback):
         self.open: set[str] = set()  # trial ids whose MLflow run has not ended
         self.names: dict[str, str] = {}  # trial_id -> MLflow run name (its swept values)
         self.history: dict[str, dict[int, float]] = {}  # trial_id -> {round: search metric} (single objective)
+        self.retries: dict[str, int] = {}  # trial_id -> times Tune ran it again after a failure
 
     # Tune saves/restores callback state with the experiment, so --resume continues the same runs.
     def get_state(self) -> dict:
         return {"runs": self.runs, "numbers": self.numbers, "best": self.best, "last": self.last,
-                "open": sorted(self.open), "names": self.names, "history": self.history}
+                "open": sorted(self.open), "names": self.names, "history": self.history, "retries": self.retries}
 
     def set_state(self, state: dict) -> None:
         self.runs, self.numbers = dict(state["runs"]), dict(state["numbers"])
         self.best, self.last = dict(state["best"]), dict(state["last"])
         self.open = set(state.get("open", ()))
         self.names, self.history = dict(state.get("names", {})), dict(state.get("history", {}))
+        self.retries = dict(state.get("retries", {}))
 
     def close_open_runs(self, status: str, mlflow_status: str) -> None:
         """End every child run still open (the sweep was interrupted); --resume reopens them."""
@@ -517,13 +519,26 @@ class MlflowSweepCallback(tune.Callback):
             status = STATUS_DIVERGED
         self._finish(trial, status, "FINISHED")
 
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        """A failed trial Tune runs again (``search.max_failures``): its run stays open and continues."""
+        self.retries[trial.trial_id] = self.retries.get(trial.trial_id, 0) + 1
+        self._say(f"{self._label(trial)} failed, running it again (retry {self.retries[trial.trial_id]}): "
+                  f"{_last_error_line(trial)}")
+
     def on_trial_error(self, iteration, trials, trial, **info):
         self._finish(trial, STATUS_FAILED, "FAILED")
-        if trial.error_file and os.path.isfile(trial.error_file):
-            with open(trial.error_file) as fh:
-                lines = [ln for ln in fh.read().strip().splitlines() if ln.strip()]
-            if lines:
-                self._say(f"{self._label(trial)} error: {lines[-1][:300]}")
+        line = _last_error_line(trial)
+        if line:
+            self._say(f"{self._label(trial)} error: {line}")
+
+
+def _last_error_line(trial) -> str:
+    """The last line of a trial's error file (the exception), or ""."""
+    if not trial.error_file or not os.path.isfile(trial.error_file):
+        return ""
+    with open(trial.error_file) as fh:
+        lines = [ln for ln in fh.read().strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
 
 
 def _short(value: Any) -> str:

@@ -1,4 +1,5 @@
 """The sweep CLI end to end in one process: real Ray Tune, real Optuna, a real MLflow store."""
+import os
 import signal
 import subprocess
 import sys
@@ -212,3 +213,60 @@ def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tmp_path):
         assert steps == list(range(1, 5)), steps
     assert all(c.info.status == "KILLED" and c.data.tags["status"] == "interrupted"
                for c in children if c not in finished)  # a trial Tune had not saved: its run closed, not left
+
+
+def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_local, tracking_uri, tmp_path,
+                                                                           capsys):
+    """kill -9 of a trial's own process mid-trial (a node or worker lost): Tune runs it again from its last
+    checkpoint (search.max_failures, default 1); its one MLflow run continues, each round logged once."""
+    import threading
+
+    from mlflow.tracking import MlflowClient
+
+    from platform.sweep import main
+
+    space = {**FAST_SPACE, "parameters": {"clients.lr": {"grid": [0.05]}},
+             "base": {**FAST_SPACE["base"], "rounds": 8},
+             "search": {"searcher": "grid", "num_samples": 1, "seeds": [0], "metric": "val_accuracy", "mode": "max",
+                        "checkpoint_every": 2}}
+    path = tmp_path / "retried.yaml"
+    path.write_text(yaml.safe_dump(space))
+    killed = []
+
+    def kill_the_trial_after_round_2():
+        client, deadline = MlflowClient(tracking_uri), time.time() + 240
+        while time.time() < deadline and not killed:
+            time.sleep(0.5)
+            experiment = client.get_experiment_by_name("retried")
+            runs = client.search_runs([experiment.experiment_id]) if experiment else []
+            child = next((r for r in runs if "mlflow.parentRunId" in r.data.tags), None)
+            if child is None or len(client.get_metric_history(child.info.run_id, "val_accuracy")) < 2:
+                continue
+            for pid in _processes_titled("ray::ImplicitFunc"):  # the trial's own process (Ray sets its title)
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+    killer = threading.Thread(target=kill_the_trial_after_round_2, daemon=True)
+    killer.start()
+    rc = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune")])
+    out = capsys.readouterr().out
+    killer.join(timeout=5)
+    assert killed and rc == 0, out
+    assert "running it again (retry 1)" in out and "1 run again after a failure" in out
+    client, runs = mlflow_runs(tracking_uri, "retried")
+    (child,) = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert child.info.status == "FINISHED" and child.data.tags["status"] == "completed"
+    assert [m.step for m in client.get_metric_history(child.info.run_id, "val_accuracy")] == list(range(1, 9))
+
+
+def _processes_titled(prefix: str) -> list[int]:
+    """Pids of this machine's processes whose command line starts with ``prefix``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                if entry.isdigit() and fh.read().startswith(prefix.encode()):
+                    pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
