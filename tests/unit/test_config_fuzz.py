@@ -1,0 +1,47 @@
+"""Property test of the config loader: any input either loads or fails with a UserError whose message is one line
+naming a field, never another exception (a traceback for the user). Inputs mutate the default config's own keys
+(so most reach deep validation) and add unknown ones, with values of every kind: NaN, infinities, huge and negative
+numbers, strings, lists, mappings, None."""
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from platform.config import build_experiment
+from platform.errors import UserError
+
+DEFAULT = build_experiment({}).flat()
+KEYS = sorted(DEFAULT) + ["algorithm.name", "clients.speed", "partition", "dataset.name.x", "nope"]
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**6, 10**6), st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -1.0,
+                                                                            1e300, 1e-300]),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+    st.sampled_from(["fedavg", "fedprox", "feded", "mnfl", "fedaux", "fedkp", "cnn", "digits", "dirichlet", "iid"]))
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                      st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+                      max_leaves=5)
+
+
+def nest(flat: dict) -> dict:
+    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}``; a key that would sit under a scalar is dropped."""
+    out: dict = {}
+    for key, value in flat.items():
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            node[leaf] = value
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=4))
+def test_any_config_loads_or_fails_with_one_line(changes):
+    try:
+        build_experiment(nest(changes))
+    except UserError as err:
+        message = str(err)
+        assert message and "\n" not in message, message
