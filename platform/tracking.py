@@ -510,6 +510,11 @@ class MlflowSweepCallback(tune.Callback):
                                "seeds": str(self.space.seeds)})
         final = "".join(f"  {m} {last[m]:.4f}" for m in self.space.search.metrics if m in last)
         self._say(f"{self._label(trial)} {status}{final}")
+        # An ended trial's round figures are in MLflow and the study now: keep only its run's identity, so the
+        # callback (and Tune's saved experiment state) grows by a few ids per trial, not by every metric it reported.
+        self.last[trial.trial_id] = {"round": last.get("round", 0)}
+        self.history.pop(trial.trial_id, None)
+        self.best.pop(trial.trial_id, None)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         last = self.last.get(trial.trial_id, {})

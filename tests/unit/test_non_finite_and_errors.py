@@ -82,3 +82,30 @@ def test_a_trial_ending_on_nan_is_tagged_diverged(tmp_path):
     assert client.get_run(callback.runs["nan"]).data.tags["status"] == "diverged"
     assert client.get_run(callback.runs["fine"]).data.tags["status"] == "completed"
     assert [t.state.name for t in load_study(storage, "s").trials] == ["FAIL", "COMPLETE"]
+
+
+def test_the_callback_keeps_only_ids_of_ended_trials(tmp_path):
+    """Driver memory per trial: once a trial ended, the callback (pickled into Tune's experiment state) keeps its
+    run id, name, number and last round, not its metrics or history."""
+    import pickle
+
+    from platform.search_space import load_search_space
+    from platform.tracking import MlflowSweepCallback, Tracker
+
+    space = load_search_space("smoke", {}, None)
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "smoke")
+    callback = MlflowSweepCallback(tracker, tracker.start_run("sweep", {}), space, total_rounds=3, num_samples=20,
+                                   quiet=True)
+    sizes = []
+    for i in range(20):
+        trial = SimpleNamespace(trial_id=f"t{i}", config={"params": {"algorithm.name": "fedavg", "clients.lr": 0.1}},
+                                error_file=None)
+        callback.on_trial_start(0, [], trial)
+        for step in (1, 2, 3):
+            callback.on_trial_result(0, [], trial, {"round": step, "val_accuracy": 0.5, **{
+                f"metric_{k}": float(k) for k in range(50)}})
+        callback.on_trial_complete(0, [], trial)
+        sizes.append(len(pickle.dumps(callback.get_state())))
+    assert callback.history == {} and callback.best == {}
+    assert all(entry == {"round": 3} for entry in callback.last.values())
+    assert sizes[-1] - sizes[9] < 10 * 400  # a few hundred bytes of ids per ended trial, whatever it reported
