@@ -18,6 +18,7 @@ TAG_BEST_PREFIX = "best."  # on a sweep's parent run: best.<parameter> = value o
 #                             where a resumed sweep's best differs from the one logged before)
 TAG_BEST_RUN = "best_trial_run_id"  # on a sweep's parent run: the best trial's child run (single objective)
 TAG_STOPPED_EARLY = "stopped_early_at_round"  # on an early-stopped trial's run: the last round it ran
+TAG_DRIVER = "fedsweep.driver"  # on a sweep's parent run: "<host>:<pid>" of its driver (python -m platform.sweep --repair)
 TAG_NOTE = "mlflow.note.content"  # a run's description (markdown) in the MLflow UI
 TAG_OPTUNA_STORAGE = "fedsweep.optuna_storage"  # on a sweep's parent run: the RDB URL of its Optuna studies
 TAG_OPTUNA_STUDIES = "fedsweep.optuna_studies"  # on a sweep's parent run: its study names, comma-separated (one per

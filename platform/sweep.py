@@ -28,8 +28,8 @@ from platform.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTI
                                  METRIC_BEST, METRIC_BEST_TRIAL, METRIC_CELL_PREFIX, METRIC_PARETO_SIZE, PARAM_BASE,
                                  PARAM_SCENARIO, PARAM_SEARCH, PARAM_SPACE, STATUS_COMPLETED, STATUS_FAILED,
                                  STATUS_INTERRUPTED, STATUS_RUNNING, TAG_BEST_PREFIX, TAG_COMMAND, TAG_DESCRIPTION,
-                                 TAG_NOTE, TAG_OPTUNA_STORAGE,
-                                 TAG_GIT_COMMIT, TAG_SEARCH_SPACE, TAG_STATUS)
+                                 TAG_DRIVER, TAG_GIT_COMMIT, TAG_NOTE, TAG_OPTUNA_STORAGE, TAG_PARENT_RUN,
+                                 TAG_SEARCH_SPACE, TAG_STATUS)
 from platform.search_space import available_search_spaces, cell_label, grid_points, load_search_space
 
 STATE_FILE = "fedsweep_sweep.json"  # in the Tune experiment directory: links it to its MLflow parent run
@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="recompute cached stages (e.g. one-round client training) in every trial")
     parser.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
     parser.add_argument("--list", action="store_true", help="list the available search spaces and exit")
+    parser.add_argument("--repair", action="store_true",
+                        help="close the MLflow runs of sweeps whose driver died (kill -9, a lost machine) and left "
+                             "them RUNNING, in --tracking-uri's store, then exit")
     parser.add_argument("--quiet", action="store_true", help="print only the final summary")
     return parser
 
@@ -219,6 +222,8 @@ def main(argv=None) -> int:
     if args.list:
         print("\n".join(available_search_spaces()))
         return 0
+    if args.repair:
+        return _repair(args)
     from platform.tracking import results_home
 
     resume_dir = _resolve_resume(args, results_home()) if args.resume else None
@@ -374,7 +379,7 @@ def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
         name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
         tags={TAG_SEARCH_SPACE: space.name, TAG_GIT_COMMIT: git_commit(),
               TAG_COMMAND: command_line("platform.sweep", args.argv), TAG_STATUS: STATUS_RUNNING,
-              TAG_DESCRIPTION: space.description, TAG_OPTUNA_STORAGE: args.optuna_url,
+              TAG_DESCRIPTION: space.description, TAG_OPTUNA_STORAGE: args.optuna_url, TAG_DRIVER: _driver_id(),
               TAG_NOTE: description(space, tracker.experiment_id, SweepAnswer())})
     tracker.log_params(parent_run_id, {
         **{f"{PARAM_BASE}{k}": v for k, v in base_config.flat().items()},
@@ -446,6 +451,63 @@ def _ranked_results(grid, metric: str) -> tuple[list, int]:
     ended = [r for r in grid if r.error is None and r.metrics and metric in r.metrics]
     finite = [r for r in ended if math.isfinite(r.metrics[metric])]
     return finite, len(ended) - len(finite)
+
+
+def _driver_id() -> str:
+    """This driver process as ``<host>:<pid>``, tagged on the parent run so that ``--repair`` can tell a live sweep
+    from one whose driver died."""
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _driver_alive(driver: str) -> Optional[bool]:
+    """Whether the driver ``<host>:<pid>`` runs; None when it ran on another machine (this one cannot tell)."""
+    import socket
+
+    host, _, pid = driver.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _repair(args) -> int:
+    """``--repair``: every sweep whose parent is RUNNING but whose driver (on this machine) is gone gets its parent
+    and open child runs closed as interrupted. Sweeps driven from other machines are listed, not touched."""
+    from platform.tracking import Tracker, check_tracking_uri, close_orphan_runs, resolve_tracking_uri
+
+    uri = resolve_tracking_uri(args.tracking_uri)
+    check_tracking_uri(uri)
+    client = Tracker(uri, "").client
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    parents = [r for r in (client.search_runs(experiments, "attributes.status = 'RUNNING'", max_results=10000)
+                           if experiments else [])
+               if TAG_PARENT_RUN not in r.data.tags and TAG_SEARCH_SPACE in r.data.tags]
+    closed = 0
+    for parent in parents:
+        driver = parent.data.tags.get(TAG_DRIVER, "")
+        alive = _driver_alive(driver) if driver else False
+        name = f"{parent.data.tags[TAG_SEARCH_SPACE]} {parent.info.run_name} ({parent.info.run_id})"
+        if alive:
+            print(f"running: {name}, driver {driver}")
+            continue
+        if alive is None:
+            print(f"not touched: {name}: its driver {driver} ran on another machine; run --repair there")
+            continue
+        tracker = Tracker(uri, parent.data.tags[TAG_SEARCH_SPACE])
+        children = close_orphan_runs(tracker, parent.info.run_id)
+        tracker.set_tag(parent.info.run_id, TAG_STATUS, STATUS_INTERRUPTED)
+        tracker.end_run(parent.info.run_id, "KILLED")
+        closed += 1
+        print(f"closed: {name} and {children} trial run(s), as interrupted (its driver {driver or '?'} is gone)")
+    print(f"repaired {closed} sweep(s) in {uri}")
+    return 0
 
 
 def _resume_command(space, experiment: str, storage: str) -> str:

@@ -199,6 +199,13 @@ def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tmp_path):
             proc.kill()  # SIGKILL: no handler runs, the runs it had open stay RUNNING
             break
     proc.communicate(timeout=60)
+    # --repair closes what the dead driver left RUNNING (its parent and the trials it had open)
+    _, runs = mlflow_runs(uri, "killed")
+    assert [r for r in runs if r.info.status == "RUNNING"]
+    repair = run_cli("platform.sweep", "--repair", "--tracking-uri", uri, cwd=REPO_ROOT, timeout=120)
+    assert repair.returncode == 0 and "repaired 1 sweep(s)" in repair.stdout, repair.stdout + repair.stderr
+    _, runs = mlflow_runs(uri, "killed")
+    assert not [r for r in runs if r.info.status == "RUNNING"]
     resumed = run_cli("platform.sweep", *args, "--resume", cwd=REPO_ROOT, timeout=480)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     client, runs = mlflow_runs(uri, "killed")
