@@ -73,12 +73,7 @@ def test_failed_trial_is_marked_failed(ray_local, tracking_uri, tmp_path, capsys
 
 def test_interrupted_sweep_resumes_without_duplicate_rounds(tmp_path):
     """Ctrl-C mid-sweep, then --resume: every run ends FINISHED and no round is logged twice."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from tests.conftest import REPO_ROOT, run_cli
+    from tests.conftest import run_cli
 
     space = dict(FAST_SPACE)
     space["base"] = {**FAST_SPACE["base"], "rounds": 4}
@@ -87,21 +82,11 @@ def test_interrupted_sweep_resumes_without_duplicate_rounds(tmp_path):
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = [str(path), "--tracking-uri", uri, "--storage-path", str(tmp_path / "tune")]
-    proc = subprocess.Popen([sys.executable, "-m", "platform.sweep", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    seen = []
-    deadline = time.time() + 240
-    for line in proc.stdout:
-        seen.append(line)
-        if "[trial 2/3] round 3/4" in line or time.time() > deadline:
-            proc.send_signal(signal.SIGINT)
-            break
-    rest, _ = proc.communicate(timeout=240)
-    seen.append(rest)
-    assert proc.returncode != 0, "".join(seen)
+    code, out = _sweep_until(args, "[trial 2/3] round 3/4", signal.SIGINT)
+    assert code != 0, out
     # the printed hint alone continues it, from another directory: the sweep's stored invocation supplies the
     # space file, the store and the overrides
-    hint = next(line for line in "".join(seen).splitlines() if "continue with: " in line).split("continue with: ")[1]
+    hint = next(line for line in out.splitlines() if "continue with: " in line).split("continue with: ")[1]
     module, *hint_args = hint.split()[2:]
     assert module == "platform.sweep" and hint_args[0] == "--resume" and str(tmp_path / "tune") in hint_args
     elsewhere = tmp_path / "elsewhere"
@@ -158,19 +143,9 @@ def test_a_late_interrupt_is_reported_as_interrupted(tmp_path, signum):
     path = tmp_path / "late.yaml"
     path.write_text(yaml.safe_dump(space))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = subprocess.Popen([sys.executable, "-m", "platform.sweep", str(path), "--tracking-uri", uri,
-                             "--storage-path", str(tmp_path / "tune")], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    seen = []
-    deadline = time.time() + 240
-    for line in proc.stdout:
-        seen.append(line)
-        if " round 2/300" in line or time.time() > deadline:
-            proc.send_signal(signum)
-            break
-    rest, _ = proc.communicate(timeout=240)
-    out = "".join(seen) + rest
-    assert proc.returncode == 130, out[-3000:]
+    code, out = _sweep_until([str(path), "--tracking-uri", uri, "--storage-path", str(tmp_path / "tune")],
+                             " round 2/300", signum)
+    assert code == 130, out[-3000:]
     assert "continue with: python -m platform.sweep --resume late-" in out and "best of" not in out
     _, runs = mlflow_runs(uri, "late")
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
@@ -191,14 +166,7 @@ def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tmp_path):
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = [str(path), "--tracking-uri", uri, "--storage-path", str(tmp_path / "tune")]
-    proc = subprocess.Popen([sys.executable, "-m", "platform.sweep", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 240
-    for line in proc.stdout:
-        if "[trial 2/3] round 3/4" in line or time.time() > deadline:
-            proc.kill()  # SIGKILL: no handler runs, the runs it had open stay RUNNING
-            break
-    proc.communicate(timeout=60)
+    _sweep_until(args, "[trial 2/3] round 3/4", signal.SIGKILL)  # no handler runs: its open runs stay RUNNING
     # --repair closes what the dead driver left RUNNING (its parent and the trials it had open)
     _, runs = mlflow_runs(uri, "killed")
     assert [r for r in runs if r.info.status == "RUNNING"]
@@ -277,3 +245,18 @@ def _processes_titled(prefix: str) -> list[int]:
         except OSError:
             continue
     return pids
+
+
+def _sweep_until(args: list[str], marker: str, signum: int) -> tuple[int, str]:
+    """Run ``python -m platform.sweep args`` as a user would, send ``signum`` once a printed line contains
+    ``marker`` (or after 240 s), and return its exit code and everything it printed."""
+    proc = subprocess.Popen([sys.executable, "-m", "platform.sweep", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    seen, deadline = [], time.time() + 240
+    for line in proc.stdout:
+        seen.append(line)
+        if marker in line or time.time() > deadline:
+            proc.send_signal(signum)
+            break
+    rest, _ = proc.communicate(timeout=240)
+    return proc.returncode, "".join(seen) + rest
