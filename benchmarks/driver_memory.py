@@ -1,0 +1,87 @@
+"""The sweep driver's memory over many short trials (issue 18, defect 9).
+
+Runs ``python -m platform.sweep`` as a user would on a one-round random search of ``--trials`` trials (digits,
+6 clients, 2 trials at once), samples the driver process's resident memory (VmRSS) every second, and prints it
+against the number of trials that had ended, with the growth per trial fitted over the second half of the sweep
+(after start-up and the first trials' imports).
+
+    python -m benchmarks.driver_memory --trials 150
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import yaml
+
+SPACE = {
+    "description": "driver-memory soak: one round per trial",
+    "base": {"rounds": 1, "clients": {"num_clients": 6, "clients_per_round": 6, "batch_size": 32},
+             "model": {"name": "mlp"}},
+    "parameters": {"clients.lr": {"loguniform": [0.001, 0.3]}},
+    "search": {"searcher": "random", "num_samples": 150, "seeds": [0], "metric": "val_accuracy", "mode": "max",
+               "max_concurrent_trials": 2},
+    "resources": {"cpu": 1},
+}
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.driver_memory", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=150)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "soak.yaml")
+        SPACE["search"]["num_samples"] = args.trials
+        with open(path, "w") as fh:
+            yaml.safe_dump(SPACE, fh)
+        proc = subprocess.Popen([sys.executable, "-m", "platform.sweep", path, "--tracking-uri",
+                                 f"sqlite:///{directory}/mlflow.db", "--storage-path", f"{directory}/tune",
+                                 "--cache-dir", f"{directory}/cache"], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        ended, samples, start = [0], [], time.time()
+
+        def sample():
+            while proc.poll() is None:
+                try:
+                    samples.append((time.time() - start, ended[0], rss_mib(proc.pid)))
+                except (OSError, StopIteration):
+                    break
+                time.sleep(1)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        for line in proc.stdout:
+            if re.search(r"\] (completed|early-stopped|failed|diverged)", line):
+                ended[0] += 1
+        proc.wait()
+        sampler.join(timeout=5)
+    print(f"{args.trials} trials, exit {proc.returncode}, {time.time() - start:.0f} s")
+    marks = sorted({int(args.trials * f) for f in (0.1, 0.25, 0.5, 0.75, 1.0)})
+    print("trials ended | driver RSS (MiB)")
+    for mark in marks:
+        at = [rss for _, n, rss in samples if n >= mark]
+        if at:
+            print(f"{mark:12d} | {at[0]:.0f}")
+    half = [(n, rss) for _, n, rss in samples if n >= args.trials // 2]
+    if len(half) > 2 and half[-1][0] > half[0][0]:
+        import numpy as np
+
+        slope = np.polyfit([n for n, _ in half], [rss for _, rss in half], 1)[0]
+        print(f"growth over the second half: {slope * 1024:.0f} KiB per trial")
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
