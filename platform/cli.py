@@ -5,7 +5,7 @@ import functools
 import logging
 import os
 import sys
-from typing import Callable
+from typing import Callable, Optional
 
 from platform.errors import UserError
 
@@ -25,6 +25,11 @@ def main_wrapper(fn: Callable[[list[str] | None], int]) -> Callable[[list[str] |
             return 130
 
     return wrapped
+
+
+def sqlite_path(uri: str) -> Optional[str]:
+    """The absolute file path of a ``sqlite:///`` store (MLflow or Optuna), None for any other URI."""
+    return os.path.abspath(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 
 
 def check_writable_dir(path: str, flag: str) -> None:

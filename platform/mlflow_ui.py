@@ -24,10 +24,11 @@ import urllib.request
 from typing import Optional
 from urllib.parse import urlencode
 
+from platform.run_schema import children_filter
+
 SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 ML_EXPERIMENT_KIND = "custom_model_development"
-PARENT_RUN_TAG = "mlflow.parentRunId"
 MAX_EXPERIMENT_TAG_VALUE = 20000  # mlflow.utils.validation.MAX_EXPERIMENT_TAG_VAL_LENGTH
 ML_WORKFLOW = "machine_learning"  # the URL's workflowType; the UI's default (and remembered choice) is "genai"
 DEFAULT_UI_PORT = 5000
@@ -52,7 +53,7 @@ def sweep_view(parent_run_id: str, params: list[str], metrics: list[str], tags: 
     columns = ([column("attributes", "Run Name")] + [column("params", p) for p in params]
                + [column("metrics", m) for m in ordered_metrics] + [column("tags", t) for t in tags])
     return {
-        "searchFilter": f"tags.`{PARENT_RUN_TAG}` = '{parent_run_id}'",
+        "searchFilter": children_filter(parent_run_id),
         "orderByKey": column("metrics", sort_metric),
         "orderByAsc": ascending,
         "selectedColumns": columns,

@@ -18,6 +18,8 @@ import sys
 import warnings
 from typing import Any, Optional
 
+from platform.cli import sqlite_path
+
 STUDY_FILE = "optuna.db"
 ENV_STORAGE = "FEDSWEEP_OPTUNA_STORAGE"
 
@@ -27,8 +29,8 @@ def storage_url(tracking_uri: str, cli_url: Optional[str] = None) -> str:
     url = cli_url or os.environ.get(ENV_STORAGE)
     if url:
         return url
-    if tracking_uri.startswith("sqlite:///"):
-        directory = os.path.dirname(os.path.abspath(tracking_uri[len("sqlite:///"):]))
+    if sqlite_path(tracking_uri):
+        directory = os.path.dirname(sqlite_path(tracking_uri))
     else:
         from platform.tracking import results_home
 
@@ -43,8 +45,8 @@ def check_storage(url: str) -> None:
     if "://" not in url:
         raise UserError(f"--optuna-storage: {url!r} is not an RDB URL (e.g. sqlite:///optuna.db, "
                         f"postgresql://user@host/db)")
-    if url.startswith("sqlite:///"):
-        directory = os.path.dirname(os.path.abspath(url[len("sqlite:///"):]))
+    if sqlite_path(url):
+        directory = os.path.dirname(sqlite_path(url))
         if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
             raise UserError(f"--optuna-storage: directory {directory} does not exist or is not writable")
 

@@ -14,6 +14,11 @@ TAG_TRIAL_ID = "fedsweep.trial_id"
 TAG_SAMPLED = "fedsweep.sampled"  # "key=value, ..." of a trial's sampled parameters
 TAG_GIT_COMMIT = "mlflow.source.git.commit"
 TAG_PARENT_RUN = "mlflow.parentRunId"
+
+
+def children_filter(parent_run_id: str) -> str:
+    """The MLflow search filter (``search_runs``, the UI's search box) for a sweep's child runs."""
+    return f"tags.`{TAG_PARENT_RUN}` = '{parent_run_id}'"
 TAG_BEST_PREFIX = "best."  # on a sweep's parent run: best.<parameter> = value of the best trial (a param; a tag
 #                             where a resumed sweep's best differs from the one logged before)
 TAG_BEST_RUN = "best_trial_run_id"  # on a sweep's parent run: the best trial's child run (single objective)

@@ -25,10 +25,11 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
+from platform.cli import sqlite_path
 from platform.errors import UserError
 from platform.run_schema import (METRIC_ROUNDS_COMPLETED, PARAM_SCENARIO, PARAM_SEARCH, PARAM_SEEDS, PARAM_SPACE,
                                  PER_SEED_SEPARATOR, STATUS_RUNNING, TAG_DESCRIPTION, TAG_PARENT_RUN, TAG_SCENARIO,
-                                 TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY)
+                                 TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, children_filter)
 
 TEST_METRIC = "test_accuracy"  # reported beside the selection metric, never selected on
 HEADLINE_METRICS = ("val_accuracy", "test_accuracy", "val_loss", "test_loss")
@@ -265,8 +266,8 @@ def mlflow_client(tracking_uri: str):
 
 def check_store(tracking_uri: str, option: str = "--tracking-uri") -> None:
     """A SQLite store must exist (reading a missing one would create an empty one)."""
-    if tracking_uri.startswith("sqlite:///"):
-        path = tracking_uri[len("sqlite:///"):]
+    path = sqlite_path(tracking_uri)
+    if path:
         if not os.path.isfile(path):
             raise UserError(f"{option}: no MLflow store at {path}; run a sweep first or name the store that holds it")
 
@@ -308,7 +309,7 @@ def resolve_parent(client, tracking_uri: str, ref: str, option: str = "sweep"):
 def _child_runs(client, experiment_id: str, parent_run_id: str) -> list:
     runs, token = [], None
     while True:
-        page = client.search_runs([experiment_id], filter_string=f"tags.`{TAG_PARENT_RUN}` = '{parent_run_id}'",
+        page = client.search_runs([experiment_id], filter_string=children_filter(parent_run_id),
                                   max_results=1000, page_token=token)
         runs += list(page)
         token = page.token

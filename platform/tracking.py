@@ -17,12 +17,13 @@ from typing import Any, Optional
 
 from ray import tune
 
+from platform.cli import sqlite_path
 from platform.run_schema import (ARTIFACT_ARRAYS, MAX_ARRAY_ELEMENTS, METRIC_BEST, METRIC_FINAL,
                                  METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, PER_SEED_SEPARATOR, RESULT_ARRAYS,
                                  STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED, STATUS_FAILED,
                                  STATUS_INTERRUPTED, STATUS_RUNNING, TAG_PARENT_RUN, TAG_SAMPLED, TAG_SAMPLER_SEED,
                                  TAG_SCENARIO, TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY,
-                                 TAG_TRIAL_ID)
+                                 TAG_TRIAL_ID, children_filter)
 
 DEFAULT_STORE_FILE = "mlflow.db"
 
@@ -58,8 +59,8 @@ def check_tracking_uri(uri: str, flag: str = "--tracking-uri") -> None:
     from platform.cli import check_writable_dir
     from platform.errors import UserError
 
-    if uri.startswith("sqlite:///"):
-        path = os.path.abspath(uri[len("sqlite:///"):])
+    path = sqlite_path(uri)
+    if path:
         if os.path.isdir(path):
             raise UserError(f"{flag}: {uri} names a directory; give the database file, e.g. sqlite:///{path}/mlflow.db")
         check_writable_dir(os.path.dirname(path), flag)
@@ -86,8 +87,8 @@ def check_tracking_uri(uri: str, flag: str = "--tracking-uri") -> None:
 
 def artifact_location(uri: str, experiment_name: str) -> Optional[str]:
     """Artifacts of a SQLite store live beside it (``mlartifacts/``), not in whatever directory we ran from."""
-    if uri.startswith("sqlite:///"):
-        store_dir = os.path.dirname(os.path.abspath(uri[len("sqlite:///"):]))
+    if sqlite_path(uri):
+        store_dir = os.path.dirname(sqlite_path(uri))
         return "file://" + os.path.join(store_dir, "mlartifacts", experiment_name)
     return None  # a tracking server decides
 
@@ -124,12 +125,12 @@ def sqlite_store_lock(uri: str):
     """Hold an exclusive lock (``<file>.lock`` beside it) on a ``sqlite:///`` store: the first use of a new store
     creates its schema (alembic), which two processes doing at once corrupts (one fails with "table ... already
     exists"). A no-op for other URIs: a server or an RDB handles its own concurrency."""
-    if not uri.startswith("sqlite:///"):
+    if not sqlite_path(uri):
         yield
         return
     import fcntl
 
-    path = os.path.abspath(uri[len("sqlite:///"):]) + ".lock"
+    path = sqlite_path(uri) + ".lock"
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -215,7 +216,7 @@ def close_orphan_runs(tracker: "Tracker", parent_run_id: str) -> int:
     Returns how many."""
     orphans = tracker.client.search_runs(
         [tracker.experiment_id], max_results=10000,
-        filter_string=f"tags.`{TAG_PARENT_RUN}` = '{parent_run_id}' and attributes.status = 'RUNNING'")
+        filter_string=f"{children_filter(parent_run_id)} and attributes.status = 'RUNNING'")
     for run in orphans:
         tracker.set_tag(run.info.run_id, TAG_STATUS, STATUS_INTERRUPTED)
         tracker.end_run(run.info.run_id, "KILLED")
@@ -392,8 +393,7 @@ class MlflowSweepCallback(tune.Callback):
         instead of getting a second run. False when there is none."""
         found = self.tracker.client.search_runs(
             [self.tracker.experiment_id], max_results=1,
-            filter_string=f"tags.`{TAG_PARENT_RUN}` = '{self.parent_run_id}' and tags.`{TAG_TRIAL_ID}` = "
-                          f"'{trial.trial_id}'")
+            filter_string=f"{children_filter(self.parent_run_id)} and tags.`{TAG_TRIAL_ID}` = '{trial.trial_id}'")
         if not found:
             return False
         run = found[0]
