@@ -163,10 +163,17 @@ def _invocation(args) -> dict:
     return {**stored, "git_commit": git_commit()}
 
 
-def _resolve_resume(args, home: str) -> str:
+def _default_storage() -> str:
+    """Tune's storage when --storage-path is not given: ``<results home>/ray_results``."""
+    from platform.tracking import results_home
+
+    return os.path.join(results_home(), "ray_results")
+
+
+def _resolve_resume(args) -> str:
     """The experiment directory ``--resume`` continues, with ``args`` completed from its stored invocation. A flag
     given again must match what is stored (one line naming it otherwise)."""
-    storage = os.path.abspath(args.storage_path or os.path.join(home, "ray_results"))
+    storage = os.path.abspath(args.storage_path or _default_storage())
     if isinstance(args.resume, str) and not args.name and not os.path.isdir(os.path.join(storage, args.resume)):
         args.name, args.resume = args.resume, True  # "--resume smoke": a space's name, not a sweep id
     if isinstance(args.resume, str):
@@ -224,9 +231,7 @@ def main(argv=None) -> int:
         return 0
     if args.repair:
         return _repair(args)
-    from platform.tracking import results_home
-
-    resume_dir = _resolve_resume(args, results_home()) if args.resume else None
+    resume_dir = _resolve_resume(args) if args.resume else None
     if not args.name:
         raise UserError(f"name a search space; available: {', '.join(available_search_spaces())}")
     if args.num_samples is not None and args.num_samples < 1:
@@ -237,9 +242,9 @@ def main(argv=None) -> int:
     space = load_search_space(args.name, overrides, args.num_samples)
     base_config = space.trial_config({})
     space = _pin_public_image(space, base_config)
-    from platform.tracking import resolve_tracking_uri
+    from platform.tracking import resolve_tracking_uri, results_home
 
-    storage = args.storage_path or os.path.join(results_home(), "ray_results")
+    storage = args.storage_path or _default_storage()
     for flag, path in (("--storage-path", storage), ("--cache-dir", args.cache_dir or "")):
         if "://" in path:
             raise UserError(f"{flag}: {path!r} is a URI; use a file-system path that every node sees (NFS, EFS, "
@@ -342,7 +347,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         status = "KILLED"
         if callback is not None:
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
-        print(f"\ninterrupted; continue with: {_resume_command(space, experiment, storage)}", file=sys.stderr,
+        print(f"\ninterrupted; continue with: {_resume_command(experiment, storage)}", file=sys.stderr,
               flush=True)
         raise
     finally:
@@ -417,10 +422,7 @@ def _trainable(space, base_config, shared, args):
 
 def _new_tuner(trainable, space, base_config, storage, name, callback, parent_run_id, tracking_uri, invocation):
     """A Tuner for a new sweep; its experiment directory records the parent run, for ``--resume``."""
-    os.makedirs(os.path.join(storage, name))  # a name of its own (see _experiment_name): never another sweep's
-    _write_state(os.path.join(storage, name), {"parent_run_id": parent_run_id, "tracking_uri": tracking_uri,
-                                               "search_space": space.path, "status": STATUS_RUNNING,
-                                               "invocation": invocation})
+    _start_state(os.path.join(storage, name), parent_run_id, tracking_uri, space, invocation)
     return _tuner(trainable, space, base_config, storage, name, callback)
 
 
@@ -510,12 +512,10 @@ def _repair(args) -> int:
     return 0
 
 
-def _resume_command(space, experiment: str, storage: str) -> str:
+def _resume_command(experiment: str, storage: str) -> str:
     """The line that continues this sweep: its id (the stored invocation supplies the rest), and the storage when it
     is not the default."""
-    from platform.tracking import results_home
-
-    where = "" if storage == os.path.join(results_home(), "ray_results") else f" --storage-path {storage}"
+    where = "" if storage == _default_storage() else f" --storage-path {storage}"
     return f"python -m platform.sweep --resume {experiment}{where}"
 
 
@@ -540,7 +540,7 @@ def _report(grid, space, tracker, parent_run_id, callback, expected: int, answer
     if _interrupted(grid, expected, callback):
         callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
         experiment, storage = os.path.basename(grid.experiment_path), os.path.dirname(grid.experiment_path)
-        print(f"\ninterrupted; continue with: {_resume_command(space, experiment, storage)}", file=sys.stderr)
+        print(f"\ninterrupted; continue with: {_resume_command(experiment, storage)}", file=sys.stderr)
         return "KILLED"
     if space.search.multi_objective:
         return _report_pareto(grid, space, tracker, parent_run_id, callback, answer)
@@ -732,6 +732,16 @@ def _read_state(directory: str) -> dict:
         return json.load(fh)
 
 
+def _start_state(directory: str, parent_run_id: str, tracking_uri: str, space, invocation: dict, **extra) -> dict:
+    """Create a new sweep's Tune directory (a name of its own, see _experiment_name: never another sweep's) and its
+    STATE_FILE: the parent run, the store, the space, the status and the invocation ``--resume`` restores."""
+    os.makedirs(directory)
+    state = {"parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "search_space": space.path,
+             "status": STATUS_RUNNING, "invocation": invocation, **extra}
+    _write_state(directory, state)
+    return state
+
+
 def _write_state(directory: str, state: dict) -> None:
     path = os.path.join(directory, STATE_FILE)
     with open(path + ".tmp", "w") as fh:
@@ -793,11 +803,8 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
         state = _read_state(sweep_dir)
     else:
         sweep_dir = os.path.join(storage, experiment)
-        os.makedirs(sweep_dir)
-        state = {"parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "search_space": space.path,
-                 "scenarios": [cell_label(c) for c in cells], "cells_done": {}, "status": STATUS_RUNNING,
-                 "invocation": args.invocation}
-        _write_state(sweep_dir, state)
+        state = _start_state(sweep_dir, parent_run_id, tracking_uri, space, args.invocation,
+                             scenarios=[cell_label(c) for c in cells], cells_done={})
     done = state.setdefault("cells_done", {})
     log = (lambda *a, **k: None) if args.quiet else print
     rows: list[dict] = answer.cells
@@ -843,7 +850,7 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
         if _interrupted(grid, expected, callback):
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
             print(f"\ninterrupted in scenario cell {number}/{len(cells)} ({label}); continue with: "
-                  f"{_resume_command(space, os.path.basename(sweep_dir), storage)}", file=sys.stderr)
+                  f"{_resume_command(os.path.basename(sweep_dir), storage)}", file=sys.stderr)
             return "KILLED"
         row = _cell_row(grid, cell_space, cell, info, callback)
         rows.append(row)
