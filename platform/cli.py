@@ -79,4 +79,50 @@ def connect_ray(address: str | None = None) -> str:
     if ray.is_initialized():
         return "existing"
     ray.init(address=address, log_to_driver=False, configure_logging=True, logging_level=logging.WARNING)
-    return "connected" if (address or os.environ.get("RAY_ADDRESS")) else "local"
+    if address or os.environ.get("RAY_ADDRESS"):
+        return "connected"
+    reap_local_ray_on_exit()
+    return "local"
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``, read from /proc (Linux; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def reap_local_ray_on_exit() -> None:
+    """Start the watcher (``platform/_reaper.py``) that stops the local Ray cluster this process just started once
+    this process has exited, even by kill -9: without it Ray's agents linger 60 s (see that module)."""
+    import subprocess
+
+    from platform import _reaper
+
+    processes = [f"{pid}:{start}" for pid in _descendants(os.getpid())
+                 if (start := _reaper.start_time(pid)) is not None]
+    if not processes:
+        return
+    read_end, write_end = os.pipe()  # not inheritable: only this process holds the write end
+    try:
+        subprocess.Popen([sys.executable, "-S", _reaper.__file__, *processes], stdin=read_end,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        os.close(read_end)
+    _REAPER_PIPE.append(write_end)  # kept open for the life of this process
+
+
+_REAPER_PIPE: list[int] = []

@@ -166,7 +166,14 @@ def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tmp_path):
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = [str(path), "--tracking-uri", uri, "--storage-path", str(tmp_path / "tune")]
-    _sweep_until(args, "[trial 2/3] round 3/4", signal.SIGKILL)  # no handler runs: its open runs stay RUNNING
+    ray_processes: list[int] = []
+    _sweep_until(args, "[trial 2/3] round 3/4", signal.SIGKILL, ray_processes)  # its open runs stay RUNNING
+    # the driver's local Ray cluster goes with it (Ray's own agents would linger 60 s: platform/_reaper.py)
+    assert len(ray_processes) > 3
+    deadline = time.time() + 20
+    while [pid for pid in ray_processes if _running(pid)] and time.time() < deadline:
+        time.sleep(0.5)
+    assert not [pid for pid in ray_processes if _running(pid)], _titles(ray_processes)
     # --repair closes what the dead driver left RUNNING (its parent and the trials it had open)
     _, runs = mlflow_runs(uri, "killed")
     assert [r for r in runs if r.info.status == "RUNNING"]
@@ -234,6 +241,26 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
     assert [m.step for m in client.get_metric_history(child.info.run_id, "val_accuracy")] == list(range(1, 9))
 
 
+def _running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _titles(pids: list[int]) -> list[str]:
+    titles = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                titles.append(fh.read()[:60].decode(errors="replace"))
+        except OSError:
+            continue
+    return titles
+
+
 def _processes_titled(prefix: str) -> list[int]:
     """Pids of this machine's processes whose command line starts with ``prefix``."""
     pids = []
@@ -247,15 +274,21 @@ def _processes_titled(prefix: str) -> list[int]:
     return pids
 
 
-def _sweep_until(args: list[str], marker: str, signum: int) -> tuple[int, str]:
+def _sweep_until(args: list[str], marker: str, signum: int,
+                 descendants: list[int] | None = None) -> tuple[int, str]:
     """Run ``python -m platform.sweep args`` as a user would, send ``signum`` once a printed line contains
-    ``marker`` (or after 240 s), and return its exit code and everything it printed."""
+    ``marker`` (or after 240 s), and return its exit code and everything it printed. ``descendants``, if given,
+    receives the pids of the driver's child processes (its local Ray cluster) just before the signal."""
+    from platform.cli import _descendants
+
     proc = subprocess.Popen([sys.executable, "-m", "platform.sweep", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     seen, deadline = [], time.time() + 240
     for line in proc.stdout:
         seen.append(line)
         if marker in line or time.time() > deadline:
+            if descendants is not None:
+                descendants.extend(_descendants(proc.pid))
             proc.send_signal(signum)
             break
     rest, _ = proc.communicate(timeout=240)

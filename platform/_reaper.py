@@ -1,0 +1,59 @@
+"""Stops the local Ray cluster a driver started, once that driver has gone, however it went (kill -9 included).
+
+Run by :func:`platform.cli.connect_ray` as ``python -S platform/_reaper.py PID:START ...`` with a pipe from the
+driver on stdin; standard library only, so it starts in milliseconds and never imports our ``platform``. It blocks
+until the pipe closes (the driver exited: the kernel closes its end), then sends SIGTERM, and after a grace period
+SIGKILL, to every listed process still alive. ``START`` is the process's start time (``/proc/PID/stat`` field 22), so
+a reused pid is never signalled.
+
+Why: after a kill -9 of the driver, Ray's GCS and raylet die at once, but its dashboard and runtime-env agents try
+to report the raylet's death to the dead GCS with a hard-coded 60 s timeout (``ray._private.utils.
+publish_error_to_driver``) and linger that long. On a normal exit ``ray.shutdown`` has already stopped everything
+and this finds nothing to do.
+"""
+import os
+import signal
+import sys
+import time
+
+GRACE_S = 3.0
+
+
+def start_time(pid: int):
+    """The process's start time in clock ticks since boot, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def alive(processes):
+    return [pid for pid, start in processes if start_time(pid) == start]
+
+
+def main(argv) -> int:
+    processes = [tuple(int(part) for part in arg.split(":")) for arg in argv]
+    try:
+        while os.read(0, 4096):  # the driver never writes: this returns b"" once it has exited
+            pass
+    except OSError:
+        pass
+    for signum, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 0.0)):
+        targets = alive(processes)
+        for pid in targets:
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
+        deadline = time.monotonic() + wait
+        while targets and time.monotonic() < deadline:
+            time.sleep(0.1)
+            targets = alive(processes)
+        if not targets:
+            break
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
