@@ -4,6 +4,10 @@
 Metric names themselves are declared by the algorithms (``algorithms.base.STANDARD_METRICS`` and each method's
 ``metrics``); the runtime adds timing metrics ending in ``_seconds``.
 """
+from __future__ import annotations
+
+import json
+from typing import Iterable
 
 # Tags
 TAG_STATUS = "status"  # one of the STATUS_* values below
@@ -68,6 +72,32 @@ ARTIFACT_PARETO_PNG = "pareto_front.png"  # the first two objectives of every fi
 ARTIFACT_ARRAYS = "arrays"
 RESULT_ARRAYS = "_arrays"
 MAX_ARRAY_ELEMENTS = 1_000_000  # larger arrays are skipped, with one warning per name
+
+# A round's metrics as a trial reports them to Tune: as numbers only what Tune selects, schedules and stops on and what
+# the sweep's summary reads (``round``, the search metrics, the test figures, each with its ``_std``); every other
+# metric as one JSON string under RESULT_DETAILS. Tune keeps running statistics of every numeric key of every trial
+# for the whole sweep (``run_metadata.metric_analysis``); a string costs it nothing. ``round_metrics`` unpacks it.
+RESULT_DETAILS = "_details"
+REPORTED_TEST_METRICS = ("test_accuracy", "test_loss")  # the test figures reported beside the selection metric
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def tune_result(metrics: dict, numeric: Iterable[str]) -> dict:
+    """``metrics`` with the numbers not named in ``numeric`` (nor their ``_std``) moved into RESULT_DETAILS."""
+    wanted = {name for key in numeric for name in (key, f"{key}_std")}
+    result = {k: v for k, v in metrics.items() if k in wanted or not _is_number(v)}
+    result[RESULT_DETAILS] = json.dumps({k: v for k, v in metrics.items() if k not in result})
+    return result
+
+
+def round_metrics(result: dict, skip: Iterable[str] = ()) -> dict[str, float]:
+    """Every metric of a reported round as floats, RESULT_DETAILS unpacked, without the keys in ``skip``."""
+    merged = {**result, **json.loads(result.get(RESULT_DETAILS) or "{}")}
+    skip = set(skip)
+    return {k: float(v) for k, v in merged.items() if k not in skip and _is_number(v)}
 
 # Scenario grids (a search space's ``scenarios:`` block): one study per cell of the cross product, all under the one
 # parent run. On each trial's child run: the cell (label "key=value, ..."), its 1-based number (as printed,

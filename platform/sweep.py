@@ -26,6 +26,7 @@ from platform.errors import UserError
 from platform.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTIFACT_PARETO_PNG,
                                  ARTIFACT_SCENARIO_FRONTS_CSV, ARTIFACT_SCENARIOS_CSV, ARTIFACT_SCENARIOS_JSON,
                                  METRIC_BEST, METRIC_BEST_TRIAL, METRIC_CELL_PREFIX, METRIC_PARETO_SIZE, PARAM_BASE,
+                                 REPORTED_TEST_METRICS,
                                  PARAM_SCENARIO, PARAM_SEARCH, PARAM_SPACE, STATUS_COMPLETED, STATUS_FAILED,
                                  STATUS_INTERRUPTED, STATUS_RUNNING, TAG_BEST_PREFIX, TAG_COMMAND, TAG_DESCRIPTION,
                                  TAG_DRIVER, TAG_GIT_COMMIT, TAG_NOTE, TAG_OPTUNA_STORAGE, TAG_PARENT_RUN,
@@ -860,7 +861,7 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
     return _report_cells(rows, space, tracker, parent_run_id, sweep_dir)
 
 
-_REPORTED = ("test_accuracy", "test_loss")  # the test figures reported beside the selection metric
+_REPORTED = REPORTED_TEST_METRICS  # the test figures reported beside the selection metric (as numbers to Tune)
 
 
 def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:

@@ -20,10 +20,10 @@ from ray import tune
 from platform.cli import sqlite_path
 from platform.run_schema import (ARTIFACT_ARRAYS, MAX_ARRAY_ELEMENTS, METRIC_BEST, METRIC_FINAL,
                                  METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, PER_SEED_SEPARATOR, RESULT_ARRAYS,
-                                 STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED, STATUS_FAILED,
+                                 RESULT_DETAILS, STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED, STATUS_FAILED,
                                  STATUS_INTERRUPTED, STATUS_RUNNING, TAG_PARENT_RUN, TAG_SAMPLED, TAG_SAMPLER_SEED,
                                  TAG_SCENARIO, TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY,
-                                 TAG_TRIAL_ID, children_filter)
+                                 TAG_TRIAL_ID, children_filter, round_metrics as _round_metrics)
 
 DEFAULT_STORE_FILE = "mlflow.db"
 
@@ -319,13 +319,12 @@ def log_arrays(tracker: "Tracker", run_id: str, arrays: dict, round_index: int) 
 _TUNE_KEYS = {"training_iteration", "time_total_s", "episodes_total", "timesteps_total", "node_ip", "hostname",
               "pid", "time_this_iter_s", "timestamp", "date", "time_since_restore", "timesteps_since_restore",
               "iterations_since_restore", "config", "checkpoint_dir_name", "done", "trial_id", "experiment_tag",
-              "should_checkpoint", "round", RESULT_ARRAYS}
+              "should_checkpoint", "round", RESULT_ARRAYS, RESULT_DETAILS}
 
 
 def round_metrics(result: dict) -> dict[str, float]:
     """What a trial reported for a round (means over seeds, ``*_std`` with several), without Tune's own keys."""
-    return {k: float(v) for k, v in result.items()
-            if k not in _TUNE_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return _round_metrics(result, skip=_TUNE_KEYS)
 
 
 class MlflowSweepCallback(tune.Callback):

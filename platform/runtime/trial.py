@@ -20,7 +20,7 @@ from platform.cache import open_cache
 from platform.runtime.federation import (Federation, SharedData, WarmActors, one_round_stage,
                                          replicate_over_seeds, share_dataset)
 from platform.runtime.placement import current_placement, own_placement
-from platform.run_schema import RESULT_ARRAYS, per_seed_key
+from platform.run_schema import REPORTED_TEST_METRICS, RESULT_ARRAYS, per_seed_key, tune_result
 
 NOT_SUMMARISED = ("round", "clients")
 # Metrics also reported per seed, as ``<metric>/seed_<seed>`` (e.g. ``test_accuracy/seed_3``): the headline figures
@@ -123,7 +123,8 @@ def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: Sha
     clean = False
     try:
         per_seed_metrics = tuple(dict.fromkeys((*PER_SEED_METRICS, *search_metrics)))
-        _run_trial(federations, config, one_round, checkpoint_every, cache_root, use_cache, per_seed_metrics)
+        _run_trial(federations, config, one_round, checkpoint_every, cache_root, use_cache, per_seed_metrics,
+                   numeric=("round", *search_metrics, *REPORTED_TEST_METRICS))
         clean = True
     except SystemExit:  # Tune stopped the trial at a report (an early stop): the actors are sound
         clean = True
@@ -135,9 +136,13 @@ def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: Sha
 
 
 def _run_trial(federations: list[Federation], config, one_round: bool, checkpoint_every: int,
-               cache_root: str | None, use_cache: bool, per_seed_metrics: tuple[str, ...]) -> None:
+               cache_root: str | None, use_cache: bool, per_seed_metrics: tuple[str, ...],
+               numeric: tuple[str, ...]) -> None:
+    """Run the trial's rounds, reporting each to Tune with only the ``numeric`` keys as numbers (see
+    ``run_schema.tune_result``)."""
     if one_round:
-        tune.report(run_one_round(federations, open_cache(cache_root, use_cache), per_seed_metrics))
+        tune.report(tune_result(run_one_round(federations, open_cache(cache_root, use_cache), per_seed_metrics),
+                                numeric))
         return
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -146,6 +151,7 @@ def _run_trial(federations: list[Federation], config, one_round: bool, checkpoin
                 f.load(os.path.join(directory, f"seed_{i}.pt"))
     for metrics in run_rounds(federations, config.rounds, federations[0].round, per_seed_metrics):
         round_index = metrics["round"]
+        metrics = tune_result(metrics, numeric)
         if checkpoint_every and (round_index % checkpoint_every == 0 or round_index == config.rounds):
             with tempfile.TemporaryDirectory() as directory:
                 for i, f in enumerate(federations):

@@ -100,6 +100,27 @@ def test_arrays_are_not_metrics_and_travel_with_the_first_seed():
                                                                     "val_accuracy_std": pytest.approx(0.1)}
 
 
+def test_tune_sees_only_the_selection_numbers_and_mlflow_gets_every_metric():
+    """A trial reports to Tune as numbers only round, the search metrics and the test figures (Tune keeps statistics
+    of every numeric key of every trial for the whole sweep); the callback still logs every metric."""
+    import math
+
+    from platform.run_schema import RESULT_DETAILS, tune_result
+    from platform.tracking import round_metrics
+
+    metrics = {"round": 3, "val_accuracy": 0.6, "val_accuracy_std": 0.1, "test_accuracy": 0.55, "train_loss": 1.5,
+               "val_accuracy/seed_0": 0.5, "round_seconds": 0.2, "client_val_accuracy": float("nan"),
+               RESULT_ARRAYS: {"c": [[1.0]]}}
+    reported = tune_result(metrics, ("round", "val_accuracy", "test_accuracy", "test_loss"))
+    numbers = {k for k, v in reported.items() if isinstance(v, (int, float))}
+    assert numbers == {"round", "val_accuracy", "val_accuracy_std", "test_accuracy"}
+    assert isinstance(reported[RESULT_DETAILS], str) and reported[RESULT_ARRAYS] == {"c": [[1.0]]}
+    logged = round_metrics({**reported, "training_iteration": 3, "time_total_s": 9.0})
+    assert math.isnan(logged.pop("client_val_accuracy"))
+    assert logged == {k: v for k, v in metrics.items()
+                      if k not in ("round", "client_val_accuracy", RESULT_ARRAYS)}
+
+
 def test_arrays_every_is_a_typed_validated_config_field():
     assert load_experiment({}).tracking.arrays_every == 5
     assert load_experiment({"tracking": {"arrays_every": 0}}).flat()["tracking.arrays_every"] == 0
