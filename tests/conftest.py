@@ -17,8 +17,9 @@ def ray_local():
     at exit; the e2e tests shut it down before starting their own cluster, and the next test here starts it again."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, log_to_driver=False, include_dashboard=False, object_store_memory=300 * 1024 ** 2)
+    if not ray.is_initialized():  # address="local": a new instance, never a `ray start` cluster found on this machine
+        ray.init(address="local", num_cpus=2, log_to_driver=False, include_dashboard=False,
+                 object_store_memory=300 * 1024 ** 2)
     return ray
 
 

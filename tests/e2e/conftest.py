@@ -1,0 +1,100 @@
+"""A two-node local Ray cluster (`ray start --head` plus one worker node) for the end-to-end tests.
+
+The cluster lives in its own temporary directory, and teardown stops only the processes of that cluster (never
+`ray stop`, which would stop every Ray instance on the machine, other test runs included)."""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+WORKER_RESOURCE = "fedsweep_e2e_worker"  # a custom resource only the worker node has: names its raylet
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ray_cli(*args, env, timeout=180):
+    return subprocess.run([RAY, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _cmdlines() -> dict[int, str]:
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    out[int(entry)] = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+    return out
+
+
+def processes_of(temp_dir: str) -> list[int]:
+    """The processes of the cluster whose session lives under ``temp_dir``, with all their descendants (Ray's
+    workers retitle themselves, so they are found as children of the raylets)."""
+    from platform.cli import _descendants
+
+    roots = [pid for pid, cmd in _cmdlines().items() if temp_dir in cmd and pid != os.getpid()]
+    return sorted({pid for root in roots for pid in (root, *_descendants(root))})
+
+
+def worker_raylet(temp_dir: str) -> int:
+    """The pid of the worker node's raylet."""
+    (pid,) = [pid for pid, cmd in _cmdlines().items()
+              if "raylet/raylet" in cmd and temp_dir in cmd and WORKER_RESOURCE in cmd]
+    return pid
+
+
+def stop_processes(pids: list[int], grace: float = 10.0) -> None:
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
+        deadline = time.time() + grace
+        while time.time() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in pids):
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def cluster():
+    """Head plus one worker node on this machine, 1 CPU each; token auth on, as Ray 2.60 does by default."""
+    import ray
+
+    ray.shutdown()  # no driver of ours may hold a local instance while we start a cluster
+    # the job's `python` must be this interpreter (the one fedsweep is installed in), as with an active venv
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    env = {**os.environ, "PATH": path, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    token = ray_cli("get-auth-token", "--generate", env=env)  # ray start needs a token; only ray.init() makes one
+    assert token.returncode == 0, token.stdout + token.stderr
+    temp_dir = tempfile.mkdtemp(prefix="fsr", dir="/tmp")  # short: Ray's socket paths live under it
+    gcs_port, dashboard_port = free_port(), free_port()
+    try:
+        head = ray_cli("start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
+                       "--dashboard-host=127.0.0.1", "--num-cpus=1", "--object-store-memory=300000000",
+                       f"--temp-dir={temp_dir}", "--disable-usage-stats", env=env)
+        assert head.returncode == 0, head.stdout + head.stderr
+        worker = ray_cli("start", f"--address=127.0.0.1:{gcs_port}", "--num-cpus=1",
+                         "--object-store-memory=300000000", f'--resources={{"{WORKER_RESOURCE}": 1}}', env=env)
+        assert worker.returncode == 0, worker.stdout + worker.stderr
+        address = f"http://127.0.0.1:{dashboard_port}"
+        deadline = time.time() + 60
+        while ray_cli("job", "list", f"--address={address}", env=env, timeout=60).returncode != 0:
+            assert time.time() < deadline, "job server did not come up"
+            time.sleep(2)
+        yield {"env": env, "address": address, "gcs_address": f"127.0.0.1:{gcs_port}", "temp_dir": temp_dir}
+    finally:
+        stop_processes(processes_of(temp_dir))
+        shutil.rmtree(temp_dir, ignore_errors=True)

@@ -1,0 +1,48 @@
+"""A worker node lost mid-sweep (kill -9 of its raylet): the trial it ran is run again on the node that is left,
+the sweep completes, and MLflow has exactly one finished run per trial, none left RUNNING."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO_ROOT, mlflow_runs
+from tests.e2e.conftest import worker_raylet
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_sweep_survives_the_loss_of_a_worker_node(cluster, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**cluster["env"], "RAY_ADDRESS": cluster["gcs_address"]}
+    # two trials at once on two 1-CPU nodes: one of them runs on the worker node when it dies
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "platform.sweep", "smoke", "--num-samples", "3", "--set", "rounds=6",
+         "--tracking-uri", uri, "--storage-path", str(tmp_path / "tune"), "--cache-dir", str(tmp_path / "cache")],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen, killed, deadline = [], None, time.time() + 300
+    for line in proc.stdout:
+        seen.append(line)
+        if killed is None and "round 2/6" in line:
+            killed = worker_raylet(cluster["temp_dir"])
+            os.kill(killed, signal.SIGKILL)
+        if time.time() > deadline:
+            proc.kill()
+    proc.wait(timeout=60)
+    out = "".join(seen)
+    assert killed is not None, out[-3000:]
+    assert proc.returncode == 0, out[-3000:]
+    assert "running it again (retry 1)" in out, out[-3000:]
+    client, runs = mlflow_runs(uri, "smoke")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    trial_ids = [c.data.tags["fedsweep.trial_id"] for c in children]
+    assert len(children) == 3 and len(set(trial_ids)) == 3, trial_ids  # one run per trial, none duplicated
+    for child in children:
+        assert child.info.status == "FINISHED" and child.data.tags["status"] in ("completed", "early-stopped")
+        steps = [m.step for m in client.get_metric_history(child.info.run_id, "val_accuracy")]
+        assert steps == list(range(1, len(steps) + 1)), steps  # each round logged once, the retried one too
