@@ -72,17 +72,47 @@ def leave_ray_job_working_dir(home: str) -> None:
         os.chdir(home)
 
 
-def connect_ray(address: str | None = None) -> str:
-    """Join the cluster we run in (``ray job submit``, RAY_ADDRESS, or a local ``ray start``), else start one."""
+def add_ray_arguments(parser) -> None:
+    """``--address`` and ``--ray-dashboard``, the same on every command that runs on Ray."""
+    parser.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else the cluster a `ray start` "
+                                          "on this machine runs, else a new local instance; 'local': always a new one)")
+    parser.add_argument("--ray-dashboard", action="store_true",
+                        help="start Ray's dashboard (http://127.0.0.1:8265) with a local instance; off by default: it "
+                             "costs seconds of start-up and a dozen processes (a cluster keeps its own)")
+
+
+def connect_ray(address: str | None = None, dashboard: bool = False) -> str:
+    """Join the cluster we run in (``ray job submit``, RAY_ADDRESS, or a local ``ray start``), else start one (with
+    Ray's dashboard only if ``dashboard``)."""
     import ray
 
     if ray.is_initialized():
         return "existing"
-    ray.init(address=address, log_to_driver=False, configure_logging=True, logging_level=logging.WARNING)
-    if address or os.environ.get("RAY_ADDRESS"):
+    joining = address != "local" and bool(address or os.environ.get("RAY_ADDRESS") or _running_local_cluster())
+    options = {} if joining else {"include_dashboard": dashboard}
+    if not joining:
+        address = "local"  # a new instance: never a cluster address a dead `ray start` left behind
+    ray.init(address=address, log_to_driver=False, configure_logging=True, logging_level=logging.WARNING, **options)
+    if joining:
         return "connected"
     reap_local_ray_on_exit()
     return "local"
+
+
+def _running_local_cluster() -> bool:
+    """True if `ray start` on this machine left its address (Ray's ``ray_current_cluster`` file) and something
+    answers there. ``ray.init()`` would otherwise try that address even after the cluster died, and hang."""
+    import socket
+    import tempfile
+
+    root = os.environ.get("RAY_TMPDIR") or ("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir())
+    try:
+        with open(os.path.join(root, "ray", "ray_current_cluster")) as fh:
+            host, _, port = fh.read().strip().rpartition(":")
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _descendants(pid: int) -> list[int]:

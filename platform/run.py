@@ -7,10 +7,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 from typing import Optional
 
-from platform.cli import connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
+from platform.cli import add_ray_arguments, connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
 from platform.config import apply_overrides, build_experiment, load_yaml, parse_override
 from platform.errors import UserError
 from platform.run_schema import (METRIC_FINAL, RESULT_ARRAYS, STATUS_COMPLETED, STATUS_FAILED, STATUS_INTERRUPTED,
@@ -38,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the client x class count matrix (always logged to MLflow as an artifact)")
     parser.add_argument("--cache-dir", help="stage cache (default: $FEDSWEEP_CACHE, else <results home>/cache)")
     parser.add_argument("--no-cache", action="store_true", help="recompute cached stages")
-    parser.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
+    add_ray_arguments(parser)
     return parser
 
 
@@ -99,8 +100,42 @@ def _format(metrics: dict) -> str:
     return f"round {metrics['round']:>3}  " + "  ".join(figures) + f"  {metrics['seconds']:.2f}s"
 
 
+class StartupClock:
+    """Seconds from this process's start to each start-up step (``--profile`` prints them)."""
+
+    def __init__(self):
+        self.steps: list[tuple[str, float]] = []
+        self.last = process_age()
+
+    def mark(self, step: str) -> None:
+        now = process_age()
+        self.steps.append((step, now - self.last))
+        self.last = now
+
+    def table(self) -> str:
+        total = sum(seconds for _, seconds in self.steps)
+        return "start-up (s)\n" + "\n".join(f"{step:>34} {seconds:7.2f}" for step, seconds in self.steps) + \
+            f"\n{'until round 1 ended':>34} {total:7.2f}"
+
+
+def process_age() -> float:
+    """Seconds since this process started (Linux: /proc; elsewhere since this module was imported)."""
+    try:
+        with open("/proc/self/stat") as fh:
+            started = int(fh.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as fh:
+            return float(fh.read().split()[0]) - started
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - _IMPORTED
+
+
+_IMPORTED = time.perf_counter()
+
+
 @main_wrapper
 def main(argv=None) -> int:
+    clock = StartupClock()
+    clock.steps.append(("interpreter, imports", clock.last))
     args = build_parser().parse_args(argv)
     config, experiment = resolve_config(args.config, args.overrides)
     quiet_libraries()
@@ -115,13 +150,20 @@ def main(argv=None) -> int:
     from platform.runtime.federation import share_dataset
     from platform.runtime.trial import start_federations, stop_federations
 
+    clock.mark("config, platform imports")
     uri = None if args.no_mlflow else resolve_tracking_uri(args.tracking_uri)
     if uri:
         check_tracking_uri(uri)
     if args.cache_dir:
         check_writable_dir(args.cache_dir, "--cache-dir")
     leave_ray_job_working_dir(results_home())
-    connect_ray(args.address)
+    tracker = None if args.no_mlflow else Tracker(uri, args.experiment or experiment)
+    # The MLflow store (a new SQLite store builds its schema: seconds) opens while Ray starts and the actors import
+    # torch; the run itself is created only once the actors are up.
+    opening = _open_in_background(tracker)
+    clock.mark("checks")
+    connect_ray(args.address, args.ray_dashboard)
+    clock.mark("Ray start")
     print(f"{config.algorithm.name} on {config.dataset.name}: {config.clients.num_clients} clients, "
           f"{config.clients.clients_per_round} per round, {config.rounds} rounds", flush=True)
     from platform.cache import open_cache
@@ -130,9 +172,12 @@ def main(argv=None) -> int:
     shared = share_dataset(config, cache=cache)
     # Pre-training (pretrain.method) runs here, on the driver, before any actor starts (platform.pretrain).
     shared = prepare_pretrained(shared, [config], cache)
+    clock.mark("data into the object store")
     federations = start_federations(config, [config.seed], shared, lazy_clients=config.mode == "one_round",
                                     cache=cache)
-    tracker = None if args.no_mlflow else Tracker(uri, args.experiment or experiment)
+    clock.mark("actors ready")
+    if opening is not None:
+        opening.join()  # a failure to open is raised by the first use of tracker.client below
     run_id = None
     status = "FAILED"
     try:
@@ -142,9 +187,10 @@ def main(argv=None) -> int:
             log_patch_samples(tracker, run_id, federations[0].data)  # public.source image: public/patches.png
         if args.show_partition:
             print(summary)
-        profile = _run_rounds(federations, config, args, tracker, run_id)
+        clock.mark("MLflow store, run, partition")
+        profile = _run_rounds(federations, config, args, tracker, run_id, clock)
         if args.profile:
-            table = profile_table(profile)
+            table = clock.table() + "\n" + profile_table(profile)
             print(table)
             if tracker:
                 tracker.log_text(run_id, table, "profile.txt")
@@ -160,6 +206,22 @@ def main(argv=None) -> int:
             tracker.end_run(run_id, status)
             print(f"results: {ui_command(uri)}", flush=True)
     return 0
+
+
+def _open_in_background(tracker) -> Optional[threading.Thread]:
+    """Open ``tracker``'s store in a daemon thread (None without MLflow)."""
+    if tracker is None:
+        return None
+
+    def open_store():
+        try:
+            tracker.client
+        except Exception:  # noqa: BLE001 - opened again, and reported, in the main thread
+            pass
+
+    thread = threading.Thread(target=open_store, name="open-mlflow-store", daemon=True)
+    thread.start()
+    return thread
 
 
 def _open_run(tracker, config, argv) -> Optional[str]:
@@ -189,7 +251,7 @@ def _log_partition(tracker, run_id, config, data) -> str:
     return partition_summary(data.train_labels, parts, data.num_classes)
 
 
-def _run_rounds(federations, config, args, tracker, run_id) -> list[dict]:
+def _run_rounds(federations, config, args, tracker, run_id, clock: Optional[StartupClock] = None) -> list[dict]:
     """Run every round (or the cached one-round analysis), print and log each, with the method's arrays on the rounds
     due (``tracking.arrays_every``, the last round); returns the rounds' metrics (without the arrays)."""
     from platform.cache import open_cache
@@ -208,6 +270,8 @@ def _run_rounds(federations, config, args, tracker, run_id) -> list[dict]:
             if arrays:
                 log_arrays(tracker, run_id, arrays, metrics["round"])
         metrics["tracking_seconds"] = time.perf_counter() - started
+        if clock is not None and not profile:
+            clock.mark("round 1")
         profile.append(metrics)
     if tracker and profile:
         last = profile[-1]

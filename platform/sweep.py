@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Optional
 
-from platform.cli import connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
+from platform.cli import add_ray_arguments, connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
 from platform.config import parse_override
 from platform.errors import UserError
 from platform.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTIFACT_PARETO_PNG,
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                                             "must be visible to every node")
     parser.add_argument("--no-cache", action="store_true",
                         help="recompute cached stages (e.g. one-round client training) in every trial")
-    parser.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
+    add_ray_arguments(parser)
     parser.add_argument("--list", action="store_true", help="list the available search spaces and exit")
     parser.add_argument("--repair", action="store_true",
                         help="close the MLflow runs of sweeps whose driver died (kill -9, a lost machine) and left "
@@ -304,7 +304,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     callback = None
     answer = SweepAnswer()
     try:
-        mode = connect_ray(args.address)
+        mode = connect_ray(args.address, args.ray_dashboard)
         _stop_on_sigterm()  # after Ray's start, which installs a SIGTERM handler that aborts the process
         objectives = ", ".join(f"{m} ({d})" for m, d in space.search.objectives)
         selecting = f"Pareto front of {objectives}" if space.search.multi_objective else f"selecting on {objectives}"
