@@ -76,11 +76,10 @@ def filesystem(path: str, *, quick: bool = False):
                            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
         return pafs.S3FileSystem(**options), inner
     if parsed.scheme == "gs":
-        options = {"retry_time_limit": 10} if quick else {}
-        try:
-            return pafs.GcsFileSystem(**options), inner
-        except TypeError:
-            return pafs.GcsFileSystem(), inner
+        import datetime
+
+        options = {"retry_time_limit": datetime.timedelta(seconds=10)} if quick else {}
+        return pafs.GcsFileSystem(**options), inner
     fs, inner = pafs.FileSystem.from_uri(path)
     return fs, inner
 
