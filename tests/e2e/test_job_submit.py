@@ -3,59 +3,15 @@ smoke sweep, and a check of the MLflow store the job printed, after the job has 
 import json
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.conftest import REPO_ROOT, mlflow_runs
+from tests.e2e.conftest import RAY
 
 pytestmark = pytest.mark.e2e
-RAY = os.path.join(os.path.dirname(sys.executable), "ray")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ray(*args, env, timeout=180):
-    return subprocess.run([RAY, *args], env=env, capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    """Head plus one worker node on this machine; token auth on, as Ray 2.60 does by default."""
-    import ray
-
-    ray.shutdown()  # no driver of ours may hold a local instance while we start a cluster
-    # the job's `python` must be this interpreter (the one fedsweep is installed in), as with an active venv
-    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-    env = {**os.environ, "PATH": path, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
-    token = _ray("get-auth-token", "--generate", env=env)  # ray start needs a token; only ray.init() makes one
-    assert token.returncode == 0, token.stdout + token.stderr
-    gcs_port, dashboard_port = _free_port(), _free_port()
-    head = _ray("start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
-                "--dashboard-host=127.0.0.1", "--num-cpus=1", "--object-store-memory=300000000",
-                "--disable-usage-stats", env=env)
-    assert head.returncode == 0, head.stdout + head.stderr
-    try:
-        worker = _ray("start", f"--address=127.0.0.1:{gcs_port}", "--num-cpus=1",
-                      "--object-store-memory=300000000", env=env)
-        assert worker.returncode == 0, worker.stdout + worker.stderr
-        address = f"http://127.0.0.1:{dashboard_port}"
-        deadline = time.time() + 60
-        while _ray("job", "list", f"--address={address}", env=env, timeout=60).returncode != 0:
-            assert time.time() < deadline, "job server did not come up"
-            time.sleep(2)
-        yield {"env": env, "address": address}
-    finally:
-        _ray("stop", "--force", env=env, timeout=120)
 
 
 def test_job_submit_smoke_sweep_lands_in_stable_store(cluster, tmp_path):
