@@ -202,7 +202,8 @@ def check_storage(path: str, flag: str) -> None:
         check_writable_dir(path, flag)
         return
     parsed = urllib.parse.urlparse(path)
-    shown = f"{parsed.scheme}://{parsed.hostname or ''}{parsed.path}"  # never the user-info part
+    bucket = parsed.netloc.rpartition("@")[2]
+    shown = f"{parsed.scheme}://{bucket}{parsed.path}"  # never the user-info part
     if parsed.scheme not in SCHEMES:
         raise UserError(f"{flag}: {parsed.scheme}:// is not supported; use s3://bucket/prefix, gs://bucket/prefix "
                         f"or a path")
@@ -210,7 +211,6 @@ def check_storage(path: str, flag: str) -> None:
         raise UserError(f"{flag}: {shown}: credentials in the URI are not accepted; put them in the environment "
                         f"(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile or an IAM role; "
                         f"GOOGLE_APPLICATION_CREDENTIALS or a service account)")
-    bucket = parsed.hostname
     if not bucket:
         raise UserError(f"{flag}: {shown} names no bucket; use {parsed.scheme}://bucket/prefix")
     if parsed.scheme == "s3" and not _aws_credentials_configured():
