@@ -1,6 +1,6 @@
 """Sweeps whose Tune storage and stage cache are a bucket on a real S3-compatible server (moto's server mode on
 127.0.0.1), run by a driver joined to the two-node local Ray cluster: trials, checkpoints and cache entries land in
-the bucket, a second sweep hits the cache, a truncated cache object is detected and recomputed, and an interrupted
+the bucket, a second sweep hits the cache and detects a truncated cache object (recomputed), and an interrupted
 sweep resumed from another working directory completes with one child run per trial."""
 import json
 import os
@@ -22,16 +22,17 @@ BASE = {"dataset": {"name": "digits"}, "partition": {"kind": "dirichlet", "alpha
         "clients": {"num_clients": 6, "clients_per_round": 6, "local_epochs": 1, "batch_size": 16, "lr": 0.05,
                     "momentum": 0.9},
         "seed": 0}
-# one-round analysis: the clients' models are trained once (the stage cache) and every trial re-aggregates them
-CACHED = {"description": "one-round trials sharing a cached client stage",
+# one-round analysis: each trial's client models are trained once per partition (the stage cache); two partitions,
+# so two cache entries, one per trial
+CACHED = {"description": "one-round trials with a cached client stage",
           "base": {**BASE, "mode": "one_round", "rounds": 1},
-          "parameters": {"server.lr": {"choice": [1.0, 0.5]}},
-          "search": {"searcher": "random", "num_samples": 2, "metric": "val_accuracy", "seeds": [0],
+          "parameters": {"partition.alpha": {"grid": [0.5, 1.0]}},
+          "search": {"searcher": "grid", "num_samples": 1, "metric": "val_accuracy", "seeds": [0],
                      "max_concurrent_trials": 2},
           "resources": {"cpu": 1}}
 # rounds with a checkpoint after each: the trials --resume continues
 ROUNDS = {"description": "checkpointed trials",
-          "base": {**BASE, "rounds": 6},
+          "base": {**BASE, "rounds": 4},
           "parameters": {"clients.lr": {"grid": [0.05, 0.02]}},
           "search": {"searcher": "grid", "num_samples": 1, "metric": "val_accuracy", "seeds": [0],
                      "checkpoint_every": 1, "max_concurrent_trials": 2},
@@ -52,6 +53,7 @@ def _objects(fs, prefix: str) -> list[str]:
 def _sweep(args, env, cwd, interrupt_at=None):
     """``python -m platform.sweep args`` as a user would; with ``interrupt_at``, Ctrl-C once a printed line has it.
     Returns (exit code, everything printed)."""
+    began = time.time()
     proc = subprocess.Popen([sys.executable, "-m", "platform.sweep", *args], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     seen, deadline = [], time.time() + 240
@@ -61,13 +63,16 @@ def _sweep(args, env, cwd, interrupt_at=None):
             proc.send_signal(signal.SIGINT)
             break
     rest, _ = proc.communicate(timeout=300)
+    print(f"sweep {' '.join(args[:1])}: exit {proc.returncode} after {time.time() - began:.0f} s")  # shown on failure
     return proc.returncode, "".join(seen) + rest
 
 
-def _child_metric(uri: str, experiment: str, metric: str, after: float) -> list[float]:
-    _, runs = mlflow_runs(uri, experiment)
-    return sorted(r.data.metrics[metric] for r in runs
-                  if "mlflow.parentRunId" in r.data.tags and r.info.start_time >= after * 1000)
+def _cached_by_alpha(uri: str, after: float) -> dict:
+    """``client_stage_cached`` (1.0: the trial's client stage came from the cache) of the child runs started after
+    ``after``, by the trial's ``partition.alpha``."""
+    _, runs = mlflow_runs(uri, "cached")
+    return {r.data.params["partition.alpha"]: r.data.metrics["client_stage_cached"] for r in runs
+            if "mlflow.parentRunId" in r.data.tags and r.info.start_time >= after * 1000}
 
 
 def test_sweeps_keep_trials_checkpoints_and_cache_in_the_bucket(cluster, s3_bucket, tmp_path):
@@ -85,43 +90,40 @@ def test_sweeps_keep_trials_checkpoints_and_cache_in_the_bucket(cluster, s3_buck
     fs, _ = filesystem(tune)
     cache = StageCache(cache_root)
 
-    # 1. the client stage is computed by the trials (on both nodes) and stored in the bucket
+    # 1. each trial (one per node) computes its client stage and stores it in the bucket
     started = time.time()
     code, out = _sweep([str(tmp_path / "cached.yaml"), *common], env, str(tmp_path))
     assert code == 0, out[-4000:]
-    manifests = [p for p in _objects(fs, f"{s3_bucket}/cache/{ONE_ROUND_STAGE}") if p.endswith(".json")]
-    assert len(manifests) == 1, _objects(fs, s3_bucket)
-    computed, hits = cache.count(ONE_ROUND_STAGE, "computed"), cache.count(ONE_ROUND_STAGE, "hit")
-    assert computed >= 1 and computed + hits == 2  # two trials at once may both compute it: no lock, no harm
-    assert len(_child_metric(uri, "cached", "client_stage_cached", started)) == 2
+    assert _cached_by_alpha(uri, started) == {"0.5": 0.0, "1.0": 0.0}
+    manifests = sorted(p for p in _objects(fs, f"{s3_bucket}/cache/{ONE_ROUND_STAGE}") if p.endswith(".json"))
+    assert len(manifests) == 2, _objects(fs, s3_bucket)
+    assert cache.count(ONE_ROUND_STAGE, "computed") == 2 and cache.count(ONE_ROUND_STAGE, "hit") == 0
     sweep_dirs = {p.split("/")[2] for p in _objects(fs, f"{s3_bucket}/tune")}
     assert len(sweep_dirs) == 1
     state = json.loads(fs.open_input_stream(f"{s3_bucket}/tune/{sweep_dirs.pop()}/fedsweep_sweep.json").read())
     assert state["status"] == "completed"
 
-    # 2. a second sweep finds it: every trial is a cache hit
-    started = time.time()
-    code, out = _sweep([str(tmp_path / "cached.yaml"), *common], env, str(tmp_path))
-    assert code == 0, out[-4000:]
-    assert _child_metric(uri, "cached", "client_stage_cached", started) == [1.0, 1.0]
-    computed = cache.count(ONE_ROUND_STAGE, "computed")
-
-    # 3. the value's object truncated (a torn upload, a bad copy): detected by its checksum and recomputed
-    key = manifests[0].rsplit("/", 1)[1][:-len(".json")]
-    blob = cache.path(Stage(ONE_ROUND_STAGE, "", ()), key)
+    # 2. one entry's value truncated (a torn upload, a bad copy); a second sweep hits the whole entry and detects the
+    # truncated one by its checksum, recomputes it and stores it whole again
+    entries = {}
+    for manifest in manifests:
+        meta = json.loads(fs.open_input_stream(manifest).read())
+        entries[str(meta["fields"]["partition.alpha"])] = manifest.rsplit("/", 1)[1][:-len(".json")]
+    blob = cache.path(Stage(ONE_ROUND_STAGE, "", ()), entries["1.0"])
     whole = cache.store.read(blob)
     cache.store.write(blob, whole[: len(whole) // 2])
     started = time.time()
-    code, out = _sweep([str(tmp_path / "cached.yaml"), *common, "--num-samples", "1"], env, str(tmp_path))
+    code, out = _sweep([str(tmp_path / "cached.yaml"), *common], env, str(tmp_path))
     assert code == 0, out[-4000:]
-    assert _child_metric(uri, "cached", "client_stage_cached", started) == [0.0]
-    assert cache.count(ONE_ROUND_STAGE, "corrupt") == 1 and cache.count(ONE_ROUND_STAGE, "computed") == computed + 1
+    assert _cached_by_alpha(uri, started) == {"0.5": 1.0, "1.0": 0.0}
+    assert cache.count(ONE_ROUND_STAGE, "hit") == 1 and cache.count(ONE_ROUND_STAGE, "corrupt") == 1
+    assert cache.count(ONE_ROUND_STAGE, "computed") == 3
     assert [p for p in _objects(fs, f"{s3_bucket}/cache/{ONE_ROUND_STAGE}") if ".corrupt-" in p]
-    meta = json.loads(cache.store.read(cache.store.join(ONE_ROUND_STAGE, f"{key}.json")))
+    meta = json.loads(cache.store.read(cache.store.join(ONE_ROUND_STAGE, f"{entries['1.0']}.json")))
     assert len(cache.store.read(cache.store.join(ONE_ROUND_STAGE, meta["blob"]))) == meta["bytes"]  # whole again
 
-    # 4. checkpointed trials interrupted, then resumed from another working directory with the printed hint
-    code, out = _sweep([str(tmp_path / "rounds.yaml"), *common], env, str(tmp_path), interrupt_at=" round 2/6")
+    # 3. checkpointed trials interrupted, then resumed from another working directory with the printed hint
+    code, out = _sweep([str(tmp_path / "rounds.yaml"), *common], env, str(tmp_path), interrupt_at=" round 2/4")
     assert code == 130, out[-4000:]
     hint = next(line for line in out.splitlines() if "continue with: " in line).split("continue with: ")[1].split()
     assert hint[3] == "--resume" and hint[5:] == ["--storage-path", tune], hint
@@ -138,5 +140,5 @@ def test_sweeps_keep_trials_checkpoints_and_cache_in_the_bucket(cluster, s3_buck
     for child in children:
         assert child.info.status == "FINISHED" and child.data.tags["status"] == "completed"
         steps = [m.step for m in client.get_metric_history(child.info.run_id, "val_accuracy")]
-        assert steps == list(range(1, 7)), steps
+        assert steps == list(range(1, 5)), steps
     assert not os.path.exists(home / "ray_results") and not os.path.exists(home / "cache")
