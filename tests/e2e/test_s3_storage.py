@@ -142,3 +142,8 @@ def test_sweeps_keep_trials_checkpoints_and_cache_in_the_bucket(cluster, s3_buck
         steps = [m.step for m in client.get_metric_history(child.info.run_id, "val_accuracy")]
         assert steps == list(range(1, 5)), steps
     assert not os.path.exists(home / "ray_results") and not os.path.exists(home / "cache")
+    # nothing secret in the bucket (Tune's pickled experiment and filesystem included) or in the MLflow store
+    secret = cluster["env"]["AWS_SECRET_ACCESS_KEY"].encode()
+    for path in _objects(fs, s3_bucket):
+        assert secret not in fs.open_input_stream(path).read(), path
+    assert secret not in (tmp_path / "mlflow.db").read_bytes()

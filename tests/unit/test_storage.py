@@ -75,3 +75,18 @@ def test_sweep_refuses_a_missing_bucket_before_writing_anything(s3_bucket, tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {named}: bucket 'fedsweep-no-such-bucket' does not exist")
     assert not os.path.exists(tmp_path / "mlflow.db") and not os.path.exists(tmp_path / "home")  # nothing written
+
+
+def test_the_filesystem_tune_pickles_carries_no_credentials(s3_bucket, monkeypatch):
+    """Tune pickles storage_filesystem into the experiment (tuner.pkl, in the bucket) and ships it to every trial:
+    the keys must stay in the environment of each node, not travel with it."""
+    import pickle
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFEDSWEEPTESTKEY")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "fedsweep-secret-never-pickled")
+    _, fs = tune_storage(f"s3://{s3_bucket}/tune")
+    data = pickle.dumps(fs)
+    assert b"fedsweep-secret-never-pickled" not in data and b"AKIAFEDSWEEPTESTKEY" not in data
+    restored = pickle.loads(data)
+    write_bytes(f"s3://{s3_bucket}/tune/probe", b"x")  # the keys still work, from the environment
+    assert restored.get_file_info(f"{s3_bucket}/tune/probe").size == 1
