@@ -57,23 +57,34 @@ def test_unusable_storage_is_one_line_naming_the_option(s3_bucket, monkeypatch, 
     assert _objects(s3_bucket, fs) == []
 
 
-@pytest.mark.parametrize("flags, env, named", [
-    (["--storage-path", "s3://fedsweep-no-such-bucket/tune"], {}, "--storage-path"),
-    (["--cache-dir", "s3://fedsweep-no-such-bucket/cache"], {}, "--cache-dir"),
-    ([], {"FEDSWEEP_STORAGE": "s3://fedsweep-no-such-bucket/tune"}, "FEDSWEEP_STORAGE"),
-    ([], {"FEDSWEEP_CACHE": "s3://fedsweep-no-such-bucket/cache"}, "FEDSWEEP_CACHE"),
+MISSING = "s3://fedsweep-no-such-bucket"
+
+
+@pytest.mark.parametrize("flags, env, expected", [
+    (["--storage-path", f"{MISSING}/tune"], {}, "--storage-path: bucket 'fedsweep-no-such-bucket' does not exist"),
+    (["--cache-dir", f"{MISSING}/cache"], {}, "--cache-dir: bucket 'fedsweep-no-such-bucket' does not exist"),
+    ([], {"FEDSWEEP_STORAGE": f"{MISSING}/tune"}, "FEDSWEEP_STORAGE: bucket 'fedsweep-no-such-bucket' does not"),
+    ([], {"FEDSWEEP_CACHE": f"{MISSING}/cache"}, "FEDSWEEP_CACHE: bucket 'fedsweep-no-such-bucket' does not exist"),
+    (["--storage-path", "s3://{bucket}/tune"], {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"},
+     "--storage-path: cannot reach s3://{bucket}/tune at http://127.0.0.1:9"),
+    (["--cache-dir", "s3://{bucket}/cache"], {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None,
+                                               "AWS_EC2_METADATA_DISABLED": "true", "HOME": "/nonexistent"},
+     "--cache-dir: no AWS credentials for s3://{bucket}/cache"),
 ])
-def test_sweep_refuses_a_missing_bucket_before_writing_anything(s3_bucket, tmp_path, monkeypatch, capsys, flags, env,
-                                                                named):
+def test_sweep_refuses_unusable_storage_before_writing_anything(s3_bucket, tmp_path, monkeypatch, capsys, flags, env,
+                                                                 expected):
     from platform.sweep import main
 
     monkeypatch.setenv("FEDSWEEP_HOME", str(tmp_path / "home"))
     for key, value in env.items():
-        monkeypatch.setenv(key, value)
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert main(["smoke", "--tracking-uri", uri, *flags]) == 2
+    assert main(["smoke", "--tracking-uri", uri, *(f.format(bucket=s3_bucket) for f in flags)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: {named}: bucket 'fedsweep-no-such-bucket' does not exist")
+    assert len(err) == 1 and err[0].startswith(f"error: {expected.format(bucket=s3_bucket)}"), err
     assert not os.path.exists(tmp_path / "mlflow.db") and not os.path.exists(tmp_path / "home")  # nothing written
 
 
