@@ -55,7 +55,7 @@ def cluster(tmp_path, cluster_env):
         nodes.append(subprocess.Popen([RAY, "start", f"--address=127.0.0.1:{gcs_port}", *common], env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         _wait(lambda: _alive_nodes(address, env) == 2, nodes, "the worker node did not join")
-        yield {"env": env, "address": address, "gcs": f"127.0.0.1:{gcs_port}"}
+        yield {"env": env, "address": address, "gcs_address": f"127.0.0.1:{gcs_port}"}
     finally:
         for node in reversed(nodes):
             node.send_signal(signal.SIGTERM)

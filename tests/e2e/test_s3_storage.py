@@ -86,7 +86,8 @@ def test_sweeps_keep_trials_checkpoints_and_cache_in_the_bucket(cluster, s3_buck
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(space, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tune, cache_root = f"s3://{s3_bucket}/tune", f"s3://{s3_bucket}/cache"
-    common = ["--address", cluster["gcs"], "--storage-path", tune, "--cache-dir", cache_root, "--tracking-uri", uri]
+    common = ["--address", cluster["gcs_address"], "--storage-path", tune, "--cache-dir", cache_root,
+              "--tracking-uri", uri]
     fs, _ = filesystem(tune)
     cache = StageCache(cache_root)
 
@@ -131,7 +132,7 @@ def test_sweeps_keep_trials_checkpoints_and_cache_in_the_bucket(cluster, s3_buck
     assert [p for p in _objects(fs, f"{s3_bucket}/tune/{sweep_id}") if "/checkpoint_" in p]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    code, out = _sweep([*hint[3:], "--address", cluster["gcs"]], env, str(elsewhere))
+    code, out = _sweep([*hint[3:], "--address", cluster["gcs_address"]], env, str(elsewhere))
     assert code == 0, out[-4000:]
     client, runs = mlflow_runs(uri, "rounds")
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
