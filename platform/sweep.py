@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "of the named space; its stored invocation (--set, --num-samples, stores) is reused, "
                              "and conflicting flags are refused")
     parser.add_argument("--cache-dir", help="stage cache: a path, s3://bucket/prefix or gs://bucket/prefix (default: "
-                                            "$FEDSWEEP_CACHE, else <results home>/cache); must be visible to every node")
+                                            "$FEDSWEEP_CACHE, else <results home>/cache); every node must see it")
     parser.add_argument("--no-cache", action="store_true",
                         help="recompute cached stages (e.g. one-round client training) in every trial")
     parser.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
