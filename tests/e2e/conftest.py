@@ -55,6 +55,10 @@ def cluster(tmp_path, cluster_env):
         nodes.append(subprocess.Popen([RAY, "start", f"--address=127.0.0.1:{gcs_port}", *common], env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         _wait(lambda: _alive_nodes(address, env) == 2, nodes, "the worker node did not join")
+        # the job server answers before the head's job agent has registered ("No available agent to submit job"
+        # under load): a no-op job that runs is the sign that `ray job submit` works
+        _wait(lambda: _ray("job", "submit", f"--address={address}", "--", "true", env=env,
+                           timeout=120).returncode == 0, nodes, "the head's job agent did not come up")
         yield {"env": env, "address": address, "gcs_address": f"127.0.0.1:{gcs_port}"}
     finally:
         for node in reversed(nodes):
