@@ -91,7 +91,7 @@ def test_sweeps_keep_trials_checkpoints_and_cache_in_the_bucket(cluster, s3_buck
     fs, _ = filesystem(tune)
     cache = StageCache(cache_root)
 
-    # 1. each trial (one per node) computes its client stage and stores it in the bucket
+    # 1. each trial (Ray places them on the two 1-CPU nodes) computes its client stage and stores it in the bucket
     started = time.time()
     code, out = _sweep([str(tmp_path / "cached.yaml"), *common], env, str(tmp_path))
     assert code == 0, out[-4000:]
