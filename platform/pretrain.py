@@ -465,7 +465,7 @@ def pretrain_features(config, architecture: str, public_x, input_shape, num_clas
     stage = pretrain_stage(config, architecture, digest)
     fields = pretrain_fields(config, architecture, digest)
     key = stage_key(stage.name, stage.version, stage.key_fields(fields))
-    storage_dir = os.path.join(cache.root, STAGE_NAME, "ray_train")
+    storage_dir = cache.scratch_dir(STAGE_NAME, "ray_train")
     run_name = key if cache.enabled else f"{key}-{os.getpid()}-{time.time_ns()}"
     seed = config.stream_seed("init")
     announced = []

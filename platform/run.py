@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "tracking) and log it as the MLflow artifact profile.txt")
     parser.add_argument("--show-partition", action="store_true",
                         help="print the client x class count matrix (always logged to MLflow as an artifact)")
-    parser.add_argument("--cache-dir", help="stage cache (default: $FEDSWEEP_CACHE, else <results home>/cache)")
+    parser.add_argument("--cache-dir", help="stage cache: a path, s3://bucket/prefix or gs://bucket/prefix (default: "
+                                            "$FEDSWEEP_CACHE, else <results home>/cache)")
     parser.add_argument("--no-cache", action="store_true", help="recompute cached stages")
     add_ray_arguments(parser)
     return parser
@@ -144,7 +145,7 @@ def main(argv=None) -> int:
     import platform.cache  # noqa: F401
     import platform.data.summary  # noqa: F401
     from platform.pretrain import prepare_pretrained
-    from platform.cli import check_writable_dir
+    from platform.storage import check_storage
     from platform.tracking import (Tracker, check_tracking_uri, log_patch_samples, resolve_tracking_uri, results_home,
                                    ui_command)
     from platform.runtime.federation import share_dataset
@@ -154,8 +155,8 @@ def main(argv=None) -> int:
     uri = None if args.no_mlflow else resolve_tracking_uri(args.tracking_uri)
     if uri:
         check_tracking_uri(uri)
-    if args.cache_dir:
-        check_writable_dir(args.cache_dir, "--cache-dir")
+    if args.cache_dir:  # a path, s3://bucket/prefix or gs://bucket/prefix
+        check_storage(args.cache_dir, "--cache-dir")
     leave_ray_job_working_dir(results_home())
     tracker = None if args.no_mlflow else Tracker(uri, args.experiment or experiment)
     # The MLflow store (a new SQLite store builds its schema: seconds) opens while Ray starts and the actors import

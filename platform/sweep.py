@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-samples", type=int, help="number of trials (overrides search.num_samples)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
                                                "sqlite:///<results home>/mlflow.db)")
-    parser.add_argument("--storage-path", help="Tune storage (default: <results home>/ray_results)")
+    parser.add_argument("--storage-path", help="Tune storage: a path, s3://bucket/prefix or gs://bucket/prefix "
+                                               "(default: $FEDSWEEP_STORAGE, else <results home>/ray_results)")
     parser.add_argument("--optuna-storage", metavar="URL",
                         help="RDB URL of the persistent Optuna study, which optuna-dashboard opens (default: "
                              "$FEDSWEEP_OPTUNA_STORAGE, else sqlite:///optuna.db beside a SQLite MLflow store, else "
@@ -63,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "it was interrupted, e.g. smoke-20261126-011227-624ecf), else the newest unfinished sweep "
                              "of the named space; its stored invocation (--set, --num-samples, stores) is reused, "
                              "and conflicting flags are refused")
-    parser.add_argument("--cache-dir", help="stage cache (default: $FEDSWEEP_CACHE, else <results home>/cache); "
-                                            "must be visible to every node")
+    parser.add_argument("--cache-dir", help="stage cache: a path, s3://bucket/prefix or gs://bucket/prefix (default: "
+                                            "$FEDSWEEP_CACHE, else <results home>/cache); every node must see it")
     parser.add_argument("--no-cache", action="store_true",
                         help="recompute cached stages (e.g. one-round client training) in every trial")
     add_ray_arguments(parser)
@@ -139,13 +140,14 @@ def _experiment_name(space_name: str) -> str:
 
 
 def _latest_unfinished(storage: str, name: str) -> Optional[str]:
-    """The newest sweep of space ``name`` under ``storage`` that did not complete (None if there is none)."""
-    if not os.path.isdir(storage):
-        return None
-    candidates = sorted(d for d in os.listdir(storage) if d.startswith(f"{name}-")
-                        and os.path.isfile(os.path.join(storage, d, STATE_FILE))
-                        and _read_state(os.path.join(storage, d)).get("status") != STATUS_COMPLETED)
-    return os.path.join(storage, candidates[-1]) if candidates else None
+    """The newest sweep of space ``name`` under ``storage`` (a path or a URI) that did not complete (None if there is
+    none)."""
+    from platform import storage as st
+
+    candidates = sorted(d for d in st.listdir(storage) if d.startswith(f"{name}-")
+                        and st.isfile(st.join(storage, d, STATE_FILE))
+                        and _read_state(st.join(storage, d)).get("status") != STATUS_COMPLETED)
+    return st.join(storage, candidates[-1]) if candidates else None
 
 
 # What a sweep's invocation stores (in its STATE_FILE) for --resume to restore: the flags that change the experiment.
@@ -165,21 +167,31 @@ def _invocation(args) -> dict:
 
 
 def _default_storage() -> str:
-    """Tune's storage when --storage-path is not given: ``<results home>/ray_results``."""
+    """Tune's storage when --storage-path is not given: ``$FEDSWEEP_STORAGE`` (the clusters set a bucket), else
+    ``<results home>/ray_results``."""
+    from platform.storage import normalise
     from platform.tracking import results_home
 
-    return os.path.join(results_home(), "ray_results")
+    return normalise(os.environ.get("FEDSWEEP_STORAGE") or os.path.join(results_home(), "ray_results"))
+
+
+def _storage_flag(given: Optional[str], flag: str, env: str) -> str:
+    """Which option or variable a storage location came from, for the one-line error that names it."""
+    return flag if given else (env if os.environ.get(env) else flag)
 
 
 def _resolve_resume(args) -> str:
     """The experiment directory ``--resume`` continues, with ``args`` completed from its stored invocation. A flag
     given again must match what is stored (one line naming it otherwise)."""
-    storage = os.path.abspath(args.storage_path or _default_storage())
-    if isinstance(args.resume, str) and not args.name and not os.path.isdir(os.path.join(storage, args.resume)):
+    from platform import storage as st
+
+    storage = st.normalise(args.storage_path or _default_storage())
+    st.check_storage(storage, _storage_flag(args.storage_path, "--storage-path", "FEDSWEEP_STORAGE"))
+    if isinstance(args.resume, str) and not args.name and not st.isfile(st.join(storage, args.resume, STATE_FILE)):
         args.name, args.resume = args.resume, True  # "--resume smoke": a space's name, not a sweep id
     if isinstance(args.resume, str):
-        resume_dir = os.path.join(storage, args.resume)
-        if not os.path.isfile(os.path.join(resume_dir, STATE_FILE)):
+        resume_dir = st.join(storage, args.resume)
+        if not st.isfile(st.join(resume_dir, STATE_FILE)):
             raise UserError(f"--resume: no sweep {args.resume!r} under {storage}")
     else:
         if not args.name:
@@ -245,18 +257,17 @@ def main(argv=None) -> int:
     space = _pin_public_image(space, base_config)
     from platform.tracking import resolve_tracking_uri, results_home
 
-    storage = args.storage_path or _default_storage()
-    for flag, path in (("--storage-path", storage), ("--cache-dir", args.cache_dir or "")):
-        if "://" in path:
-            raise UserError(f"{flag}: {path!r} is a URI; use a file-system path that every node sees (NFS, EFS, "
-                            f"Filestore, a shared volume): resume state and the stage cache need POSIX files")
-    storage = os.path.abspath(storage)
-    from platform.cli import check_writable_dir
+    from platform.cache import default_cache_root
+    from platform.storage import check_storage, normalise
     from platform.tracking import check_tracking_uri
 
-    check_writable_dir(storage, "--storage-path")
-    if args.cache_dir:
-        check_writable_dir(args.cache_dir, "--cache-dir")
+    # a path, s3://bucket/prefix or gs://bucket/prefix; a URI is checked for credentials, endpoint, bucket and write
+    # access (a probe object written and deleted), one line naming the option or variable it came from
+    storage = normalise(args.storage_path or _default_storage())
+    check_storage(storage, _storage_flag(args.storage_path, "--storage-path", "FEDSWEEP_STORAGE"))
+    if args.cache_dir or (os.environ.get("FEDSWEEP_CACHE") and not args.no_cache):
+        check_storage(normalise(args.cache_dir or default_cache_root()),
+                      _storage_flag(args.cache_dir, "--cache-dir", "FEDSWEEP_CACHE"))
     if resume_dir:
         _check_resumable(resume_dir, space)
     tracking_uri = resolve_tracking_uri(args.tracking_uri)
@@ -338,12 +349,17 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         if resume_dir:
             from ray import tune
 
-            tuner = tune.Tuner.restore(resume_dir, trainable, resume_unfinished=True, resume_errored=True)
+            from platform.storage import tune_storage
+
+            path, filesystem = tune_storage(resume_dir)
+            tuner = tune.Tuner.restore(path, trainable, resume_unfinished=True, resume_errored=True,
+                                       storage_filesystem=filesystem)
         else:
             tuner = _new_tuner(trainable, space, base_config, storage, experiment, callback, parent_run_id,
                                tracking_uri, args.invocation)
         grid = tuner.fit()
-        status = _report(grid, space, tracker, parent_run_id, callback, expected_trials, answer)
+        status = _report(grid, space, tracker, parent_run_id, callback, expected_trials, answer,
+                         sweep_dir=_join(storage, experiment))
     except KeyboardInterrupt:
         status = "KILLED"
         if callback is not None:
@@ -355,7 +371,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         from platform.tracking import close_orphan_runs
 
         answer.status = _STATUS_TAGS.get(status, STATUS_FAILED)
-        _record_status(os.path.join(storage, experiment), answer.status)
+        _record_status(_join(storage, experiment), answer.status)
         orphans = close_orphan_runs(tracker, parent_run_id)
         if orphans:
             print(f"closed {orphans} run(s) left RUNNING by an earlier driver that was killed", file=sys.stderr)
@@ -374,8 +390,7 @@ def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
     from platform.tracking import command_line, git_commit
 
     if resume_dir:
-        with open(os.path.join(resume_dir, STATE_FILE)) as fh:
-            parent_run_id = json.load(fh)["parent_run_id"]
+        parent_run_id = _read_state(resume_dir)["parent_run_id"]
         tracker.set_tag(parent_run_id, TAG_STATUS, STATUS_RUNNING)
         tracker.client.update_run(parent_run_id, status="RUNNING")
         return parent_run_id
@@ -411,19 +426,20 @@ def _trainable(space, base_config, shared, args):
 
     from platform.cache import default_cache_root
     from platform.runtime.placement import trial_bundles
+    from platform.storage import normalise
     from platform.runtime.trial import sweep_trial
 
     return tune.with_resources(
         tune.with_parameters(sweep_trial, base=space.base, seeds=space.seeds, shared=shared,
                              checkpoint_every=space.search.checkpoint_every,
-                             cache_root=os.path.abspath(args.cache_dir or default_cache_root()),
+                             cache_root=normalise(args.cache_dir or default_cache_root()),
                              use_cache=not args.no_cache, search_metrics=tuple(space.search.metrics)),
         tune.PlacementGroupFactory(trial_bundles(base_config.resources)))
 
 
 def _new_tuner(trainable, space, base_config, storage, name, callback, parent_run_id, tracking_uri, invocation):
     """A Tuner for a new sweep; its experiment directory records the parent run, for ``--resume``."""
-    _start_state(os.path.join(storage, name), parent_run_id, tracking_uri, space, invocation)
+    _start_state(_join(storage, name), parent_run_id, tracking_uri, space, invocation)
     return _tuner(trainable, space, base_config, storage, name, callback)
 
 
@@ -431,7 +447,10 @@ def _tuner(trainable, space, base_config, storage, name, callback):
     """A new Tuner for ``space`` (a sweep without scenarios, or one scenario cell) in ``storage``/``name``."""
     from ray import tune
 
+    from platform.storage import tune_storage
+
     search = space.search
+    storage_path, filesystem = tune_storage(storage)
     param_space = {"params": tune.grid_search(grid_points(space))} if search.searcher == "grid" else None
     # Multi-objective: the searcher holds the metric and mode lists; Tune's own metric/mode take one metric only
     # (and no scheduler needs one: ASHA is refused at load), so Tune gets none and _report computes the front.
@@ -443,7 +462,8 @@ def _tuner(trainable, space, base_config, storage, name, callback):
             num_samples=search.num_samples, metric=metric, mode=mode,
             max_concurrent_trials=search.max_concurrent_trials,
             reuse_actors=True),  # a finished trial's process and actors serve the next (WarmActors)
-        run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=[callback], verbose=0,
+        run_config=tune.RunConfig(name=name, storage_path=storage_path, storage_filesystem=filesystem,
+                                  callbacks=[callback], verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=search.max_failures),
                                   checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
 
@@ -522,7 +542,9 @@ def _resume_command(experiment: str, storage: str) -> str:
 
 def _record_status(directory: str, status: str) -> None:
     """The sweep's status in its STATE_FILE (``--resume`` skips completed sweeps); nothing if it never started."""
-    if os.path.isfile(os.path.join(directory, STATE_FILE)):
+    from platform.storage import isfile
+
+    if isfile(_join(directory, STATE_FILE)):
         _write_state(directory, {**_read_state(directory), "status": status})
 
 
@@ -535,12 +557,12 @@ def _interrupted(grid, expected: int, callback) -> bool:
             or bool(callback.open))
 
 
-def _report(grid, space, tracker, parent_run_id, callback, expected: int, answer) -> str:
+def _report(grid, space, tracker, parent_run_id, callback, expected: int, answer, sweep_dir: str) -> str:
     from platform.sweep_outputs import log_best
 
     if _interrupted(grid, expected, callback):
         callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
-        experiment, storage = os.path.basename(grid.experiment_path), os.path.dirname(grid.experiment_path)
+        experiment, storage = os.path.basename(sweep_dir), os.path.dirname(sweep_dir)
         print(f"\ninterrupted; continue with: {_resume_command(experiment, storage)}", file=sys.stderr)
         return "KILLED"
     if space.search.multi_objective:
@@ -580,7 +602,7 @@ def _report(grid, space, tracker, parent_run_id, callback, expected: int, answer
         print(f"  {k} = {v}")
     rerun = " ".join(f"--set {k}={v}" for k, v in params.items())
     print(f"rerun it alone: python -m platform.run {space.name} {rerun}")
-    print(f"tune storage: {grid.experiment_path}")
+    print(f"tune storage: {sweep_dir}")
     return "FINISHED"
 
 
@@ -728,15 +750,28 @@ def _cell_dir_name(index: int) -> str:
     return f"cell-{index + 1:03d}"
 
 
+def _join(directory: str, *names: str) -> str:
+    """``directory``/``names`` for a path or an ``s3://`` / ``gs://`` URI (Tune's storage may be either)."""
+    from platform.storage import join
+
+    return join(directory, *names)
+
+
 def _read_state(directory: str) -> dict:
-    with open(os.path.join(directory, STATE_FILE)) as fh:
-        return json.load(fh)
+    """A sweep's STATE_FILE, read through the storage's filesystem (so ``--resume`` finds it from any directory or
+    machine when the storage is a bucket)."""
+    from platform.storage import read_json
+
+    return read_json(_join(directory, STATE_FILE))
 
 
 def _start_state(directory: str, parent_run_id: str, tracking_uri: str, space, invocation: dict, **extra) -> dict:
     """Create a new sweep's Tune directory (a name of its own, see _experiment_name: never another sweep's) and its
     STATE_FILE: the parent run, the store, the space, the status and the invocation ``--resume`` restores."""
-    os.makedirs(directory)
+    from platform.storage import is_uri
+
+    if not is_uri(directory):
+        os.makedirs(directory)
     state = {"parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "search_space": space.path,
              "status": STATUS_RUNNING, "invocation": invocation, **extra}
     _write_state(directory, state)
@@ -744,10 +779,10 @@ def _start_state(directory: str, parent_run_id: str, tracking_uri: str, space, i
 
 
 def _write_state(directory: str, state: dict) -> None:
-    path = os.path.join(directory, STATE_FILE)
-    with open(path + ".tmp", "w") as fh:
-        json.dump(_json_value(state), fh, indent=1)
-    os.replace(path + ".tmp", path)
+    """Written whole or not at all: a temporary file renamed into place on disk, one PUT on an object store."""
+    from platform.storage import write_bytes
+
+    write_bytes(_join(directory, STATE_FILE), json.dumps(_json_value(state), indent=1).encode())
 
 
 def _check_resumable(resume_dir: str, space) -> None:
@@ -796,6 +831,7 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
     from platform.optuna_store import StudyRecorder
     from platform.pretrain import prepare_pretrained, sweep_pretrain_configs
     from platform.runtime.federation import share_dataset
+    from platform.storage import tune_storage
     from platform.tracking import MlflowSweepCallback, log_patch_samples
 
     cells = space.cells()
@@ -803,7 +839,7 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
         sweep_dir = resume_dir
         state = _read_state(sweep_dir)
     else:
-        sweep_dir = os.path.join(storage, experiment)
+        sweep_dir = _join(storage, experiment)
         state = _start_state(sweep_dir, parent_run_id, tracking_uri, space, args.invocation,
                              scenarios=[cell_label(c) for c in cells], cells_done={})
     done = state.setdefault("cells_done", {})
@@ -834,13 +870,14 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
                                        study=StudyRecorder(args.optuna_url, answer.studies[index],
                                                            cell_space.search.objectives, cell_space.parameters))
         trainable = _trainable(cell_space, config, shared, args)
-        cell_dir = os.path.join(sweep_dir, _cell_dir_name(index))
-        restoring = tune.Tuner.can_restore(cell_dir)
+        cell_path, filesystem = tune_storage(_join(sweep_dir, _cell_dir_name(index)))
+        restoring = tune.Tuner.can_restore(cell_path, storage_filesystem=filesystem)
         log(f"\ncell {number}/{len(cells)}: {label}: {expected} trial(s), searcher {cell_space.search.searcher}, "
             f"sampler seed {cell_space.search.sampler_seed}{', resumed' if restoring else ''}", flush=True)
         try:
             if restoring:
-                tuner = tune.Tuner.restore(cell_dir, trainable, resume_unfinished=True, resume_errored=True)
+                tuner = tune.Tuner.restore(cell_path, trainable, resume_unfinished=True, resume_errored=True,
+                                           storage_filesystem=filesystem)
                 callback = _adopt_callback(tuner, callback)
             else:
                 tuner = _tuner(trainable, cell_space, config, sweep_dir, _cell_dir_name(index), callback)

@@ -96,3 +96,37 @@ def check_best_per_cell(client, runs, scenario_key: str, cells: list, parameter:
                    if math.isclose(c.data.metrics["final_val_accuracy"], top)}
         assert float(row[f"best.{parameter}"]) in winners
     return children
+
+
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "fedsweep-test", "AWS_SECRET_ACCESS_KEY": "fedsweep-test-secret",
+                  "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible server (moto's server mode) on 127.0.0.1: ``{"endpoint": url, "env": {...}}``, the
+    environment (endpoint and test credentials) a process needs to reach it."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    yield {"endpoint": endpoint, "env": {"AWS_ENDPOINT_URL": endpoint, **S3_CREDENTIALS}}
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server, monkeypatch):
+    """A fresh bucket on :func:`s3_server`, with this process's environment pointed at the server; its name."""
+    import secrets
+
+    import pyarrow.fs as pafs
+
+    for key, value in s3_server["env"].items():
+        monkeypatch.setenv(key, value)
+    name = f"fedsweep-{secrets.token_hex(4)}"
+    fs = pafs.S3FileSystem(endpoint_override=s3_server["endpoint"].split("://")[1], scheme="http",
+                           region="us-east-1", allow_bucket_creation=True)
+    fs.create_dir(name)
+    return name

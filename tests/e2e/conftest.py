@@ -2,6 +2,7 @@
 
 The cluster lives in its own temporary directory, and teardown stops only the processes of that cluster (never
 `ray stop`, which would stop every Ray instance on the machine, other test runs included)."""
+import json
 import os
 import shutil
 import signal
@@ -68,14 +69,22 @@ def stop_processes(pids: list[int], grace: float = 10.0) -> None:
 
 
 @pytest.fixture
-def cluster():
-    """Head plus one worker node on this machine, 1 CPU each; token auth on, as Ray 2.60 does by default."""
+def cluster_env():
+    """Extra environment for the cluster's nodes and drivers (a test module overrides it, e.g. with an S3 endpoint)."""
+    return {}
+
+
+@pytest.fixture
+def cluster(cluster_env):
+    """Head plus one worker node on this machine, 1 CPU each; token auth on, as Ray 2.60 does by default. Yields the
+    environment (for `ray` and drivers), the job server's address, the GCS address (``--address`` of a driver) and
+    the cluster's temp dir."""
     import ray
 
     ray.shutdown()  # no driver of ours may hold a local instance while we start a cluster
     # the job's `python` must be this interpreter (the one fedsweep is installed in), as with an active venv
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-    env = {**os.environ, "PATH": path, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, "PATH": path, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0", **cluster_env}
     env.pop("RAY_ADDRESS", None)
     token = ray_cli("get-auth-token", "--generate", env=env)  # ray start needs a token; only ray.init() makes one
     assert token.returncode == 0, token.stdout + token.stderr
@@ -90,11 +99,28 @@ def cluster():
                          "--object-store-memory=300000000", f'--resources={{"{WORKER_RESOURCE}": 1}}', env=env)
         assert worker.returncode == 0, worker.stdout + worker.stderr
         address = f"http://127.0.0.1:{dashboard_port}"
-        deadline = time.time() + 60
-        while ray_cli("job", "list", f"--address={address}", env=env, timeout=60).returncode != 0:
-            assert time.time() < deadline, "job server did not come up"
-            time.sleep(2)
+        _wait(lambda: _alive_nodes(address, env) == 2, "the worker node did not join")
+        # the job server answers before the head's job agent has registered ("No available agent to submit job"
+        # under load): a no-op job that runs is the sign that `ray job submit` works
+        _wait(lambda: ray_cli("job", "submit", f"--address={address}", "--", "true", env=env,
+                              timeout=120).returncode == 0, "the head's job agent did not come up")
         yield {"env": env, "address": address, "gcs_address": f"127.0.0.1:{gcs_port}", "temp_dir": temp_dir}
     finally:
         stop_processes(processes_of(temp_dir))
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _alive_nodes(address: str, env) -> int:
+    listed = ray_cli("list", "nodes", f"--address={address}", "--format=json", "--filter", "state=ALIVE", env=env,
+                     timeout=60)
+    try:
+        return len(json.loads(listed.stdout)) if listed.returncode == 0 else 0
+    except ValueError:
+        return 0
+
+
+def _wait(ready, message: str, timeout: float = 90) -> None:
+    deadline = time.time() + timeout
+    while not ready():
+        assert time.time() < deadline, message
+        time.sleep(1)

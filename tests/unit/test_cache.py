@@ -1,4 +1,5 @@
 """The stage cache: computed once per distinct upstream config, atomic, shared across processes."""
+import json
 import multiprocessing
 import os
 
@@ -88,30 +89,106 @@ def test_concurrent_processes_compute_once(tmp_path):
     assert len(os.listdir(counter)) == 1
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "no_checksum"])
-def test_corrupt_entry_is_reported_moved_aside_and_recomputed(tmp_path, capsys, damage):
-    """An entry that fails its checksum (or whose checksum record is gone) is never used: one warning naming its
-    file, the file moved aside, the value computed again and stored whole."""
-    cache = StageCache(str(tmp_path))
+def _names(cache) -> list[str]:
+    """The names under the stage's directory (or prefix)."""
+    import pyarrow.fs as pafs
+
+    from platform.storage import filesystem
+
+    fs, inner = filesystem(cache.store.join(STAGE.name))
+    return [i.base_name for i in fs.get_file_info(pafs.FileSelector(inner))]
+
+
+def _damage(cache, manifest: str, blob: str, damage: str) -> None:
+    data = cache.store.read(blob)
+    if damage == "flip":
+        cache.store.write(blob, data[:-200] + bytes([data[-200] ^ 0xFF]) + data[-199:])
+    elif damage == "truncate":
+        cache.store.write(blob, data[: len(data) // 2])
+    elif damage == "empty":
+        cache.store.write(blob, b"")
+    elif damage == "bad_manifest":
+        cache.store.write(manifest, b'{"blob": ')
+    elif damage == "no_value":
+        cache.store.move_aside(blob, blob + ".gone")
+
+
+@pytest.fixture(params=["local", "s3"])
+def cache_root(request, tmp_path):
+    """The cache's root on local disk, or a prefix of a bucket on a real S3-compatible server."""
+    if request.param == "local":
+        return str(tmp_path / "cache")
+    bucket = request.getfixturevalue("s3_bucket")
+    return f"s3://{bucket}/cache"
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "bad_manifest", "no_value"])
+def test_corrupt_entry_is_reported_moved_aside_and_recomputed(cache_root, capsys, damage):
+    """An entry whose value fails its checksum, is missing, or whose manifest does not parse is never used: one
+    warning naming it, the entry moved aside, the value computed again and stored whole (on disk and on S3)."""
+    cache = StageCache(cache_root)
     config = {"dataset.name": "digits", "partition.alpha": 0.5, "seed": 0}
     cache.get_or_compute(STAGE, config, lambda: {"w": torch.arange(1000.0)})
-    path = cache.path(STAGE, stage_key(STAGE.name, STAGE.version, config))
-    data = open(path, "rb").read()
-    if damage == "flip":
-        data = data[:-200] + bytes([data[-200] ^ 0xFF]) + data[-199:]
-    elif damage == "truncate":
-        data = data[: len(data) // 2]
-    elif damage == "empty":
-        data = b""
-    if damage == "no_checksum":
-        os.unlink(path[:-3] + ".json")
-    else:
-        open(path, "wb").write(data)
+    key = stage_key(STAGE.name, STAGE.version, config)
+    manifest, blob = cache.manifest_path(STAGE, key), cache.path(STAGE, key)
+    assert blob.startswith(cache_root) and cache.store.exists(blob)
+    _damage(cache, manifest, blob, damage)
     value, hit = cache.get_or_compute(STAGE, config, lambda: {"w": torch.zeros(3)})
     assert not hit and torch.equal(value["w"], torch.zeros(3))
     err = capsys.readouterr().err
-    assert f"stage cache entry {path} is corrupt" in err and "recomputed" in err
-    assert [f for f in os.listdir(os.path.dirname(path)) if ".pt.corrupt-" in f]
+    named = manifest if damage == "bad_manifest" else blob
+    assert f"stage cache entry {named} is corrupt" in err and "recomputed" in err
+    assert [n for n in _names(cache) if n.startswith(os.path.basename(manifest) + ".corrupt-")]
     again, hit = cache.get_or_compute(STAGE, config, lambda: {"w": torch.ones(3)})
     assert hit and torch.equal(again["w"], torch.zeros(3))  # the recomputed entry is whole and verified
     assert cache.count("clients", "corrupt") == 1
+
+
+def test_s3_hit_across_cache_instances_and_layout(s3_bucket):
+    """Two caches on the same bucket prefix (two trials on two nodes) share entries: the second is a hit. The value
+    is stored under its content hash, the manifest beside it, and events count across both."""
+    import pyarrow.fs as pafs
+
+    root = f"s3://{s3_bucket}/cache"
+    config = {"dataset.name": "digits", "partition.alpha": 0.5, "seed": 0}
+    first, hit1 = StageCache(root).get_or_compute(STAGE, config, lambda: {"w": torch.arange(5.0)})
+    second, hit2 = StageCache(root).get_or_compute(STAGE, config, lambda: {"w": torch.zeros(5)})
+    assert (hit1, hit2) == (False, True) and torch.equal(second["w"], torch.arange(5.0))
+    key = stage_key(STAGE.name, STAGE.version, config)
+    cache = StageCache(root)
+    fs = cache.store.fs
+    names = sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(f"{s3_bucket}/cache/clients"))
+                   if i.type == pafs.FileType.File)
+    meta = json.loads(cache.store.read(cache.manifest_path(STAGE, key)))
+    assert names == sorted([f"{key}.json", meta["blob"]]) and meta["blob"] == f"{key}.{meta['sha256'][:16]}.pt"
+    assert cache.count("clients", "computed") == 1 and cache.count("clients", "hit") == 1
+
+
+def test_s3_value_without_manifest_is_a_miss_not_an_entry(s3_bucket):
+    """A writer that died after its value and before its manifest leaves no entry: the next reader computes."""
+    root = f"s3://{s3_bucket}/cache"
+    config = {"dataset.name": "digits", "partition.alpha": 0.5, "seed": 0}
+    cache = StageCache(root)
+    cache.get_or_compute(STAGE, config, lambda: 1)
+    key = stage_key(STAGE.name, STAGE.version, config)
+    cache.store.fs.delete_file(cache.store._inner(cache.manifest_path(STAGE, key)))  # as if never committed
+    assert cache.get_or_compute(STAGE, config, lambda: 2) == (2, False)
+
+
+def test_s3_two_writers_of_one_key_leave_a_whole_entry(s3_bucket):
+    """Two nodes that both missed a key and computed different values (a non-deterministic stage) race to write
+    it: each value has its own name, the last manifest wins, and the entry reads back whole as one of the two."""
+    import threading
+
+    root = f"s3://{s3_bucket}/cache"
+    config = {"dataset.name": "digits", "partition.alpha": 0.5, "seed": 0}
+    values = [torch.full((20000,), float(i)) for i in range(4)]
+    threads = [threading.Thread(target=StageCache(root)._write_entry,
+                                args=(STAGE, stage_key(STAGE.name, STAGE.version, config), {"w": v}, {}))
+               for v in values]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    value, hit = StageCache(root).get_or_compute(STAGE, config, lambda: {"w": torch.zeros(1)})
+    assert hit and any(torch.equal(value["w"], v) for v in values)

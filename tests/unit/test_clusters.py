@@ -222,6 +222,53 @@ def test_one_image_for_every_node_type(launcher):
     assert len(images) == 1, images
 
 
+def _bucket_uri(value: str, scheme: str) -> str:
+    """A storage URI the sweep accepts: ``<scheme>://<bucket>/<prefix>``, its bucket still to be named."""
+    import urllib.parse
+
+    parsed = urllib.parse.urlparse(value)
+    assert parsed.scheme == scheme and parsed.hostname and parsed.path.strip("/"), value
+    assert "REPLACE_ME" in parsed.netloc, f"{value}: the bucket is the user's to name (REPLACE_ME)"
+    assert not parsed.username and not parsed.password, "no credentials in a storage URI"
+    return value
+
+
+def test_every_node_gets_bucket_storage_for_tune_and_the_cache(launcher):
+    """FEDSWEEP_STORAGE and FEDSWEEP_CACHE, exported on every node before Ray starts (the driver and the trials
+    read them), point into one bucket of the provider's object store."""
+    name, config = launcher
+    scheme = {"aws.yaml": "s3", "gcp.yaml": "gs"}[name]
+    exported = {}
+    for command in config["setup_commands"]:
+        match = re.search(r"echo 'export (FEDSWEEP_(?:STORAGE|CACHE))=(\S+)' >> ~/.bashrc", command)
+        if match:
+            exported[match.group(1)] = _bucket_uri(match.group(2), scheme)
+    assert set(exported) == {"FEDSWEEP_STORAGE", "FEDSWEEP_CACHE"}
+    assert exported["FEDSWEEP_STORAGE"].split("/")[2] == exported["FEDSWEEP_CACHE"].split("/")[2]  # one bucket
+    assert exported["FEDSWEEP_STORAGE"] != exported["FEDSWEEP_CACHE"]
+    assert any("sed -i" in c and "FEDSWEEP_" in c for c in config["setup_commands"]), \
+        "a re-run of `ray up` must replace the exports, not add a second copy"
+
+
+def test_every_node_has_the_identity_that_reaches_the_bucket(launcher):
+    """No keys on the nodes: each node type runs with an IAM instance profile (AWS) or a service account with the
+    cloud-platform scope (GCP); workers share one identity."""
+    name, config = launcher
+    identities = {}
+    for node, node_type in config["available_node_types"].items():
+        node_config = node_type["node_config"]
+        if name == "aws.yaml":
+            arn = node_config["IamInstanceProfile"]["Arn"]
+            assert re.fullmatch(r"arn:aws:iam::REPLACE_ME-account-id:instance-profile/[\w+=,.@-]+", arn), arn
+            identities[node] = arn
+        else:
+            (account,) = node_config["serviceAccounts"]
+            assert account["email"].endswith("@REPLACE_ME-project-id.iam.gserviceaccount.com")
+            assert "https://www.googleapis.com/auth/cloud-platform" in account["scopes"]
+            identities[node] = account["email"]
+    assert len({identities[w] for w in workers(config)}) == 1
+
+
 # --- KubeRay -------------------------------------------------------------------------------------------------
 
 def ray_cluster_specs() -> list[tuple[str, dict]]:
@@ -297,6 +344,22 @@ def test_ray_cluster_spec_keeps_token_auth_and_points_at_mlflow(spec):
         assert variables["MLFLOW_TRACKING_URI"] == f"http://{service['metadata']['name']}:{port}"
         home = variables["FEDSWEEP_HOME"]
         assert home in {m["mountPath"] for m in container["volumeMounts"]}, "FEDSWEEP_HOME must be a volume"
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_every_pod_keeps_tune_storage_and_the_cache_in_a_bucket_through_its_service_account(spec):
+    (account,) = load_all(KUBERAY / "serviceaccount.yaml")
+    assert account["kind"] == "ServiceAccount" and account["apiVersion"] == "v1"
+    annotations = account["metadata"]["annotations"]
+    assert "REPLACE_ME" in annotations["eks.amazonaws.com/role-arn"]  # IRSA on EKS
+    assert "REPLACE_ME" in annotations["iam.gke.io/gcp-service-account"]  # Workload Identity on GKE
+    for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
+        assert group["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    for container in ray_containers(spec):
+        variables = env(container)
+        storage = _bucket_uri(variables["FEDSWEEP_STORAGE"], "s3")
+        cache = _bucket_uri(variables["FEDSWEEP_CACHE"], "s3")
+        assert storage.split("/")[2] == cache.split("/")[2] and storage != cache
 
 
 def test_rayjob_runs_the_same_cluster_as_raycluster():
