@@ -68,6 +68,10 @@ ARTIFACT_PARETO_PNG = "pareto_front.png"  # the first two objectives of every fi
 ARTIFACT_ARRAYS = "arrays"
 RESULT_ARRAYS = "_arrays"
 MAX_ARRAY_ELEMENTS = 1_000_000  # larger arrays are skipped, with one warning per name
+# How each client actor trained its clients in a round (clients.batched): one line per actor and architecture,
+# "<arch>: batched|sequential, <n> clients (<reason>)". In a round's metrics under RESULT_CLIENT_PATHS (the first
+# seed's), never a metric; platform.run --profile prints it. The metric batched_clients counts the batched ones.
+RESULT_CLIENT_PATHS = "_client_paths"
 
 # Scenario grids (a search space's ``scenarios:`` block): one study per cell of the cross product, all under the one
 # parent run. On each trial's child run: the cell (label "key=value, ..."), its 1-based number (as printed,

@@ -20,7 +20,7 @@ from platform.cache import open_cache
 from platform.runtime.federation import (Federation, SharedData, WarmActors, one_round_stage,
                                          replicate_over_seeds, share_dataset)
 from platform.runtime.placement import current_placement, own_placement
-from platform.run_schema import RESULT_ARRAYS, per_seed_key
+from platform.run_schema import RESULT_ARRAYS, RESULT_CLIENT_PATHS, per_seed_key
 
 NOT_SUMMARISED = ("round", "clients")
 # Metrics also reported per seed, as ``<metric>/seed_<seed>`` (e.g. ``test_accuracy/seed_3``): the headline figures
@@ -48,6 +48,8 @@ def summarise_seeds(per_seed: list[dict], seeds: list[int] | None = None,
             out.update({per_seed_key(key, seed): float(m[key]) for seed, m in zip(seeds, per_seed) if key in m})
     if per_seed[0].get(RESULT_ARRAYS):
         out[RESULT_ARRAYS] = per_seed[0][RESULT_ARRAYS]
+    if per_seed[0].get(RESULT_CLIENT_PATHS):  # how the clients trained (clients.batched), the first seed's
+        out[RESULT_CLIENT_PATHS] = per_seed[0][RESULT_CLIENT_PATHS]
     return out
 
 
