@@ -137,6 +137,13 @@ class _GivenMasks:
             model.train(was_training)
 
 
+def _pad(mask: torch.Tensor, size: int) -> torch.Tensor:
+    """``mask`` with zero rows appended up to ``size`` rows (the padding of a padded batch)."""
+    if len(mask) == size:
+        return mask
+    return torch.cat([mask, mask.new_zeros((size - len(mask), *mask.shape[1:]))])
+
+
 def _draw_mask(module: nn.Dropout, shape: tuple, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
     """ATen's CPU dropout noise: ``empty_like(input).bernoulli_(1 - p).div_(1 - p)``, from ``generator``."""
     noise = torch.empty(shape, dtype=like.dtype, device=like.device)
@@ -152,8 +159,11 @@ class _ClientLoss(nn.Module):
         super().__init__()
         self.model, self.loss_fn, self.extra_loss = model, loss_fn, extra_loss
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = self.loss_fn(self.model(x), y)
+    def forward(self, x: torch.Tensor, y: torch.Tensor, weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if weight is None:
+            loss = self.loss_fn(self.model(x), y)
+        else:  # a padded batch (cross-entropy only): the mean over the real samples, padding weighted 0
+            loss = (F.cross_entropy(self.model(x), y, reduction="none") * weight).sum() / weight.sum()
         if self.extra_loss is not None:
             loss = loss + self.extra_loss(self.model)
         return loss
@@ -248,27 +258,40 @@ def _steps(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_
     client_loss = _ClientLoss(model, loss_fn, extra_loss)
     prefix = "model."
 
-    def one_client(params, bufs, x, y, step_masks):
+    def one_client(params, bufs, x, y, step_masks, weight=None):
         masks.masks, masks.next = step_masks, 0
         return functional_call(client_loss, ({prefix + n: v for n, v in params.items()},
-                                             {prefix + n: v for n, v in bufs.items()}), (x, y))
+                                             {prefix + n: v for n, v in bufs.items()}), (x, y, weight))
 
-    batched = vmap(one_client, randomness="error")
+    plain, weighted = vmap(one_client, randomness="error"), vmap(one_client, randomness="error")
+    # Pad a smaller batch to the step's full size (padding weighted 0) instead of training it in a run of its own,
+    # where no sample sees the others: BatchNorm's batch statistics would include the padding.
+    pad = loss_fn is F.cross_entropy and not any(isinstance(m, nn.modules.batchnorm._BatchNorm)
+                                                 for m in model.modules())
     for t in range(max(steps, default=0)):
         active = sum(1 for s in steps if s > t)
         sizes = [len(batches[order[i]][t]) for i in range(active)]
-        for start, end, size in _runs(sizes):
+        for start, end, size in ([(0, active, max(sizes))] if pad else _runs(sizes)):
             rows = range(start, end)
-            idx = torch.cat([batches[order[i]][t] + offsets[i] for i in rows])
+            parts = [batches[order[i]][t] + offsets[i] for i in rows]
+            weight = None
+            if any(len(p) != size for p in parts):
+                weight = torch.zeros(end - start, size, dtype=x_all.dtype, device=x_all.device)
+                for j, p in enumerate(parts):
+                    weight[j, :len(p)] = 1
+                parts = [torch.cat([p, p[:1].expand(size - len(p))]) for p in parts]
+            idx = torch.cat(parts)
             xb = x_all[idx].view(end - start, size, *x_all.shape[1:])
             yb = y_all[idx].view(end - start, size, *y_all.shape[1:])
-            step_masks = [torch.stack([_draw_mask(module, (size, *shape), dropout_generators[order[i]], xb)
-                                       for i in rows]) for module, shape in calls]
+            step_masks = [torch.stack([_pad(_draw_mask(module, (len(batches[order[i]][t]), *shape),
+                                                       dropout_generators[order[i]], xb), size) for i in rows])
+                          for module, shape in calls]
             params = {n: (v[start:end].detach().requires_grad_() if n in trainable else v[start:end])
                       for n, v in stacked.items()}
             bufs = {n: v[start:end] for n, v in buffers.items()}
             try:
-                losses = batched(params, bufs, xb, yb, step_masks)
+                losses = (plain(params, bufs, xb, yb, step_masks) if weight is None
+                          else weighted(params, bufs, xb, yb, step_masks, weight))
             except RuntimeError as err:
                 if t == 0 and "randomness" in str(err):
                     raise BatchingUnsupported(f"the model draws random numbers the batched loop does not "
