@@ -40,6 +40,12 @@ def _clients(name, shape, training, sizes=None, seed=0):
 SMALL_SIZES = [6, 3, 7]  # resnet8 has 4.9M parameters: fewer, smaller clients (still unequal)
 
 
+def _fresh_generators(clients):
+    for c in clients:
+        c.generator, c.dropout_generator = generator(7, 0, c.client_id), generator(7, 0, c.client_id, 99)
+    return clients
+
+
 def _sequential(algorithm, payload, clients):
     """What the client actor does without batching: seed the global generator per client, client_update."""
     updates = []
@@ -70,8 +76,7 @@ def test_batched_matches_sequential_on_unequal_clients(case):
     payload = {"weights": get_flat_weights(model)}
     assert algorithm.batching_obstacle(payload, clients) is None
     sequential = _sequential(algorithm, payload, clients)
-    _, clients = _clients(name, shape, training)  # fresh generators
-    batched = algorithm.client_update_many(payload, clients)
+    batched = algorithm.client_update_many(payload, _fresh_generators(clients))
     for s, b in zip(sequential, batched):
         assert b.weight == s.weight
         _assert_close(s.tensors["delta"], b.tensors["delta"])
