@@ -56,6 +56,10 @@ def train_local(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: LocalTr
     ``extra_loss(model)`` is added to each batch's loss, e.g. FedProx's proximal term.
     ``on_step(model)`` runs after every optimiser step and ``on_epoch_end(model)`` after every epoch, e.g. to
     collect FedPA's iterate-averaged posterior samples; neither may change the model.
+
+    :func:`algorithms.common.batched_training.train_local_batched` trains several clients at once with the same
+    batch order (:func:`epoch_batches`) and optimiser (:meth:`LocalTraining.optimizer_defaults`); it is this loop
+    up to float rounding (``clients.batched``).
     """
     model.train()
     optimizer = cfg.make_optimizer(model.parameters())

@@ -404,7 +404,8 @@ class ClientSplits:
 
 
 class ClientPool(Reusable):
-    """Hosts a fixed shard of virtual clients; trains the sampled ones in turn with one model per architecture.
+    """Hosts a fixed shard of virtual clients; trains the sampled ones in turn with one model per architecture,
+    or, per ``clients.batched``, each architecture's sampled clients at once (:meth:`Algorithm.client_update_many`).
 
     ``shards``: :class:`ClientSplits`, a :class:`ClientShards` of every client's training indices, or a mapping
     client → training indices. ``hosted`` names the clients this actor hosts by default (a balanced round may

@@ -147,6 +147,7 @@ def _run_trial(federations: list[Federation], config, one_round: bool, checkpoin
             for i, f in enumerate(federations):
                 f.load(os.path.join(directory, f"seed_{i}.pt"))
     for metrics in run_rounds(federations, config.rounds, federations[0].round, per_seed_metrics):
+        metrics.pop(RESULT_CLIENT_PATHS, None)  # a line of text per round: platform.run --profile's, not Tune's
         round_index = metrics["round"]
         if checkpoint_every and (round_index % checkpoint_every == 0 or round_index == config.rounds):
             with tempfile.TemporaryDirectory() as directory:
