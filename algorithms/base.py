@@ -363,8 +363,9 @@ class Algorithm:
 
     def batching_obstacle(self, payload: dict, clients: Sequence[ClientContext]) -> Optional[str]:
         """Why :meth:`client_update_many` cannot train ``clients`` (all of one architecture) as one batched
-        computation, or None when it can (``clients.batched``). Default: the method does not batch; methods that
-        override ``client_update_many`` with a batched loop override this too."""
+        computation, or None when it can (``clients.batched``). The platform asks first with no clients (the
+        method's own answer, before it gathers any data), then with the clients. Default: the method does not
+        batch; methods that override ``client_update_many`` with a batched loop override this too."""
         return f"{self.name} trains its clients one at a time (no batched client_update_many)"
 
     def client_update_many(self, payload: dict, clients: Sequence[ClientContext]) -> list[ClientUpdate]:

@@ -55,7 +55,7 @@ class FedAvg(Algorithm):
         if type(self).client_update is not FedAvg.client_update:
             return f"{self.name} overrides client_update"
         if not clients:
-            return "no clients"
+            return None  # the method itself can
         return batching_obstacle(clients[0].model, clients[0].training)
 
     def client_update_many(self, payload: dict, clients: Sequence[ClientContext]) -> list[ClientUpdate]:

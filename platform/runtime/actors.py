@@ -534,21 +534,25 @@ class ClientPool(Reusable):
             else:
                 result.paths.append(f"{name}: sequential, {len(group)} clients ({reason})")
             self._log_once(f"clients of {name} train {'batched' if group[0] in out else 'sequentially'}: {reason}",
-                           fallback=mode != "off" and group[0] not in out and not reason.startswith("auto"))
+                           fallback=mode == "on" and group[0] not in out)
         return out
 
     def _batch(self, payload, group, round_index, states, out, result, reason: str) -> str:
         """client_update_many on ``group``; returns ``reason``, or why it fell back to sequential training."""
         algorithm = self.algorithm
+        prefix = "auto" if reason.startswith("auto") else "fell back"
+        obstacle = algorithm.batching_obstacle(payload, ())  # the method's own answer, before any data is gathered
+        if obstacle:
+            return f"{prefix}: {obstacle}"
         contexts = [self.client(k, round_index, dict(states.get(k, {}))) for k in group]
         obstacle = algorithm.batching_obstacle(payload, contexts)
         if obstacle:
-            return f"fell back: {obstacle}"
+            return f"{prefix}: {obstacle}"
         start = time.perf_counter()
         try:
             updates = algorithm.client_update_many(payload, contexts)
         except BatchingUnsupported as err:
-            return f"fell back: {err}"
+            return f"{prefix}: {err}"
         seconds = (time.perf_counter() - start) / len(contexts)  # the batch's time, shared evenly
         for client, update in zip(contexts, updates):
             update.seconds = seconds

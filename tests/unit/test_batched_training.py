@@ -198,6 +198,8 @@ def test_fallback_is_reported_when_the_method_cannot_batch():
     result = pool.train(payload, [0, 1], 0)
     assert result.batched_clients == 0
     assert "sequential, 2 clients (fell back: fedpa overrides client_update)" in result.paths[0]
+    pool, payload = _pool("auto", algorithm={"name": "fedpa"})  # the default: no warning, no data gathered twice
+    assert pool.train(payload, [0, 1], 0).paths == ["cnn: sequential, 2 clients (auto: fedpa overrides client_update)"]
 
 
 def test_config_switch():
