@@ -12,12 +12,13 @@ order, dropout masks and optimiser give the same models up to float rounding. Ho
   :func:`~algorithms.common.training.epoch_batches`, the function ``train_local`` uses, so both draw the same
   ``randperm`` per epoch.
 - **Unequal clients** (different sizes, so different step counts and last-batch sizes): clients are sorted by
-  step count (descending), so the clients still training at step t are a prefix of the stack, and that prefix
-  is split into runs of equal batch size (normally two: full batches, and a client's smaller last batch). Each
-  run trains on a *view* of the stacked tensors: no client computes a padded or masked batch, and nothing is
-  copied to drop a finished client. (Masking finished clients instead computes max-steps × K client-steps; with
-  the digits workload's Dirichlet partition that is 2-3× the real work, and padding a short last batch would
-  change BatchNorm's batch statistics, so masking was not used.)
+  step count (descending), so the clients still training at step t are a prefix of the stack and each step
+  trains on *views* of the stacked tensors: a finished client costs nothing and nothing is copied to drop it
+  (masking finished clients instead computes max-steps × K client-steps: 2-3× the real work with the digits
+  workload's Dirichlet partition). A client's smaller last batch is padded to the step's batch size with
+  loss weight 0 (the mean over its real samples; padding gets no gradient), so a step is one call, when the model
+  has no BatchNorm and the loss is cross-entropy; with BatchNorm the padding would enter the batch statistics, so
+  the prefix is split into runs of equal batch size, one call each (measured in benchmarks/RESULTS.md §1).
 - **Optimiser.** ``torch.optim``'s own functional SGD / Adam (:func:`torch.optim.sgd.sgd`,
   :func:`torch.optim.adam.adam`) step the stacked views with the hyperparameters
   :meth:`LocalTraining.optimizer_defaults` reads off the optimiser ``train_local`` builds. Both are elementwise,
@@ -36,7 +37,8 @@ order, dropout masks and optimiser give the same models up to float rounding. Ho
   for all K clients (it may depend on the start weights, which they share, not on the client).
 
 Not supported here (callers keep ``train_local``): ``on_step`` / ``on_epoch_end`` hooks, a persistent
-``optimizer_state``, and a ``loss_fn`` that is not a per-batch mean of (outputs, targets).
+``optimizer_state``, and a ``loss_fn`` that is not a per-batch mean of (outputs, targets). Memory: the K clients'
+parameters, gradients, optimiser state and data are held at once; K is not split into chunks yet.
 """
 from __future__ import annotations
 
