@@ -135,6 +135,10 @@ class ClientContext:
     test_y: Optional[torch.Tensor] = None
     public_x: Optional[torch.Tensor] = None  # unlabelled public data (distillation methods), shared by all clients
     global_test_x: Optional[torch.Tensor] = None  # the server's test inputs (no labels), if ``clients_see_test_inputs``
+    #: the stream torch's global generator is seeded with before this client's ``client_update`` (dropout draws
+    #: from it), as a generator of its own: batched training (:meth:`Algorithm.client_update_many`) draws each
+    #: client's dropout masks from it, so both paths draw the same masks. None outside the platform.
+    dropout_generator: Optional[torch.Generator] = None
     #: the flat weights ``model`` had when built (the seeded initialisation of its architecture): where a
     #: personalised model starts. ``model`` itself holds whatever the previous client on this actor left in it.
     initial_weights: Optional[torch.Tensor] = None
@@ -356,6 +360,21 @@ class Algorithm:
 
     def client_update(self, payload: dict, client: ClientContext) -> ClientUpdate:
         raise NotImplementedError
+
+    def batching_obstacle(self, payload: dict, clients: Sequence[ClientContext]) -> Optional[str]:
+        """Why :meth:`client_update_many` cannot train ``clients`` (all of one architecture) as one batched
+        computation, or None when it can (``clients.batched``). The platform asks first with no clients (the
+        method's own answer, before it gathers any data), then with the clients. Default: the method does not
+        batch; methods that override ``client_update_many`` with a batched loop override this too."""
+        return f"{self.name} trains its clients one at a time (no batched client_update_many)"
+
+    def client_update_many(self, payload: dict, clients: Sequence[ClientContext]) -> list[ClientUpdate]:
+        """The updates of several clients of one architecture, in order; the same results as ``client_update`` on
+        each in turn up to float rounding. The platform calls it (``clients.batched``, see
+        :meth:`batching_obstacle`) instead of a loop over ``client_update`` where batching pays. It may raise
+        :class:`algorithms.common.batched_training.BatchingUnsupported` before changing anything; the platform
+        then trains the clients in turn and logs the reason. Default: ``client_update`` on each in turn."""
+        return [self.client_update(payload, client) for client in clients]
 
     def client_evaluate(self, payload: dict, client: ClientContext) -> dict[str, float]:
         """Scores of client ``client`` on its own splits, e.g. ``evaluate(model, client.val_x, client.val_y,

@@ -18,6 +18,7 @@ import torch
 from algorithms.base import (Algorithm, ClientContext, ClientUpdate, ServerContext, ServerState, group_by_architecture,
                              reduce_updates, register, weights_for)
 from algorithms.common import get_flat_weights, server_step, set_flat_weights, train_local
+from algorithms.common.batched_training import batching_obstacle, train_local_batched
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,43 @@ class FedAvg(Algorithm):
                            extra_loss=self.proximal_term(client, payload))
         delta = get_flat_weights(client.model) - start
         return ClientUpdate(weight=float(client.num_samples), tensors={"delta": delta}, metrics={"train_loss": loss})
+
+    def batching_obstacle(self, payload: dict, clients: Sequence[ClientContext]) -> Optional[str]:
+        """FedAvg's clients (and FedProx's) train batched unless a subclass trains its own way (overrides
+        ``client_update``), or the model or optimiser is one :func:`train_local_batched` does not reproduce."""
+        if type(self).client_update is not FedAvg.client_update:
+            return f"{self.name} overrides client_update"
+        if not clients:
+            return None  # the method itself can
+        return batching_obstacle(clients[0].model, clients[0].training)
+
+    def client_update_many(self, payload: dict, clients: Sequence[ClientContext]) -> list[ClientUpdate]:
+        """:meth:`client_update` for clients of one architecture as one batched computation
+        (:func:`~algorithms.common.batched_training.train_local_batched`): same start weights, each client's
+        own batch order, dropout masks and optimiser. The proximal term (FedProx) is built once, from the first
+        client after the start weights are loaded, and serves every client: it may depend on the start weights
+        and the hyperparameters, not on the client (a subclass whose term does must override this)."""
+        if not clients:
+            return []
+        first = clients[0]
+        start = weights_for(payload["weights"], first.architecture)
+        set_flat_weights(first.model, start)
+        training = [c for c in clients if c.num_samples > 0]
+        flat, losses = train_local_batched(
+            first.model, [c.x for c in training], [c.y for c in training], first.training,
+            [c.generator for c in training], [c.dropout_generator for c in training]
+            if all(c.dropout_generator is not None for c in training) else None,
+            extra_loss=self.proximal_term(first, payload)) if training else (None, [])
+        trained = {id(c): i for i, c in enumerate(training)}
+        updates = []
+        for c in clients:
+            if id(c) not in trained:
+                updates.append(self.client_update(payload, c))  # no samples: a zero delta, weight 0
+                continue
+            i = trained[id(c)]
+            updates.append(ClientUpdate(weight=float(c.num_samples), tensors={"delta": flat[i] - start},
+                                        metrics={"train_loss": losses[i]}))
+        return updates
 
     def aggregate(self, state: ServerState, updates: Sequence[ClientUpdate],
                   ctx: ServerContext) -> tuple[ServerState, dict]:

@@ -12,10 +12,16 @@ run two ways, one after the other on the same cores:
     platform's server also does. No Ray, no actors, no serialisation: the physical limit of this machine for
     this work.
 (b) ``platform``: :func:`platform.runtime.trial.start_federations` and :func:`run_rounds` inside
-    ``ray.init(num_cpus=--cpus)``, experiment ``resources.cpu = --cpus`` (so its default client actors and threads).
+    ``ray.init(num_cpus=--cpus)``, experiment ``resources.cpu = --cpus`` (so its default client actors and threads),
+    with ``clients.batched: off``: each actor trains its clients one after another (``platform seq``);
+(c) ``batched``: the same with ``clients.batched: on``: each actor trains its clients as one vmapped computation
+    (:mod:`algorithms.common.batched_training`). ``auto`` says which of (b)/(c) ``clients.batched: auto`` (the
+    default) picks for the workload.
 
 Each reports the median seconds per round over ``--rounds`` rounds after one warm-up round; ``ratio`` is
-platform / raw with the first ``--raw-threads`` (≤ 1.0: the platform is as fast as the plain loop).
+platform / raw with the first ``--raw-threads`` (≤ 1.0: the platform is as fast as the plain loop), ``raw/batched``
+how many times faster than the raw loop (c) is. ``Δ batched`` compares (c) with (b) the same way as ``Δ test_loss``
+compares (a) and (b).
 ``Δ test_loss`` compares (a) with the first ``--raw-threads`` and (b): after round 1, where the same work
 gives the same model up to float rounding (~1e-7: pre-reduction order, thread counts), and its largest value
 over the rounds, where training amplifies that rounding (resnet8's BatchNorm at lr 0.05 turns a 1e-7 change of
@@ -91,12 +97,13 @@ WORKLOADS = {
 }
 
 
-def _config(workload: Workload, cpus: float, rounds: int):
+def _config(workload: Workload, cpus: float, rounds: int, batched: str = "off"):
     from platform.config import build_experiment
 
     # No server validation split: the raw loop has none, and both sides must do the same work.
     return build_experiment({**workload.config, "rounds": rounds, "seed": 0, "resources": {"cpu": cpus},
-                             "server": {"val_fraction": 0.0}})
+                             "server": {"val_fraction": 0.0},
+                             "clients": {**workload.config["clients"], "batched": batched}})
 
 
 def _arrays(workload: Workload, config):
@@ -208,11 +215,23 @@ def measure(name: str, rounds: int, raw_threads: list[int], cpus: int, quiet_wai
     result["platform_s"] = median([m["wall_seconds"] for m in plat[1:]])
     result["platform_other_load"] = load.cores
     result["platform_startup_s"] = startup
+    wait_for_quiet(timeout=quiet_wait)
+    with ForeignLoad() as load:
+        batched, _ = platform_rounds(_config(workload, cpus, rounds + 1, "on"), data, rounds + 1, cpus)
+    result["batched_s"] = median([m["wall_seconds"] for m in batched[1:]])
+    result["batched_other_load"] = load.cores
+    result["batched_local_train_s"] = median([m.get("local_train_seconds", 0.0) for m in batched[1:]])
+    result["batched_clients"] = batched[-1].get("batched_clients", 0)
+    result["batched_paths"] = batched[-1].get("_client_paths", "")
+    result["batched_dloss1"] = abs(batched[0]["test_loss"] - plat[0]["test_loss"])
+    result["batched_dloss"] = max(abs(a["test_loss"] - b["test_loss"]) for a, b in zip(batched, plat))
+    result["auto"] = _auto_choice(_config(workload, cpus, rounds + 1, "auto"), data)
     for phase in ("broadcast", "local_train", "aggregate", "evaluate"):
         result[f"platform_{phase}_s"] = median([m.get(f"{phase}_seconds", 0.0) for m in plat[1:]])
     reference = raws[raw_threads[0]]
     result["raw_s"] = result[f"raw{raw_threads[0]}_s"]
     result["ratio"] = result["platform_s"] / result["raw_s"]
+    result["speedup_batched"] = result["raw_s"] / result["batched_s"]
     for threads, raw in raws.items():
         # round 1: the same work gives the same model up to float rounding (aggregation order, thread count);
         # later rounds: that rounding amplified by training (a lot for resnet8's BatchNorm at lr 0.05)
@@ -222,26 +241,45 @@ def measure(name: str, rounds: int, raw_threads: list[int], cpus: int, quiet_wai
     return result
 
 
+def _auto_choice(config, data) -> str:
+    """What ``clients.batched: auto`` picks for one actor's share of a round (the rule, no training)."""
+    import torch
+
+    from algorithms.common.batched_training import prefers_batched
+    from platform.models import build_model
+
+    per_actor = -(-config.clients.clients_per_round // max(int(config.resources.cpu), 1))
+    model = build_model(config.model.name, data[0].shape[1:], data[6])
+    wanted, _ = prefers_batched(model, config.clients.batch_size, per_actor, torch.device("cpu"))
+    return "batched" if wanted else "seq"
+
+
 def render(results: list[dict], raw_threads: list[int]) -> str:
-    headers = ["workload", *[f"raw {t}T s/round" for t in raw_threads], "platform s/round", "ratio",
-               "Δ test_loss round 1 / max", "other load (raw/plat)"]
+    headers = ["workload", *[f"raw {t}T s/round" for t in raw_threads], "platform seq s/round", "ratio",
+               "batched s/round", "raw/batched", "auto", "Δ test_loss round 1 / max (raw vs seq)",
+               "Δ batched vs seq round 1 / max", "other load (raw/seq/batched)"]
     rows = []
     for r in results:
         t0 = raw_threads[0]
         dloss = f"{r[f'raw{t0}_dloss1']:.0e} / {r[f'raw{t0}_dloss']:.0e}"
-        loads = "/".join(f"{r[f'raw{t}_other_load']:.2f}" for t in raw_threads) + f"/{r['platform_other_load']:.2f}"
+        loads = ("/".join(f"{r[f'raw{t}_other_load']:.2f}" for t in raw_threads)
+                 + f"/{r['platform_other_load']:.2f}/{r['batched_other_load']:.2f}")
         rows.append([r["workload"], *[f"{r[f'raw{t}_s']:.4f}" for t in raw_threads], f"{r['platform_s']:.4f}",
-                     f"{r['ratio']:.2f}", dloss, loads])
+                     f"{r['ratio']:.2f}", f"{r['batched_s']:.4f}", f"{r['speedup_batched']:.2f}x", r["auto"], dloss,
+                     f"{r['batched_dloss1']:.0e} / {r['batched_dloss']:.0e}", loads])
     phases = table(["workload", *[f"raw {t}T train / eval" for t in raw_threads], "platform train (max actor)",
+                    "batched train (max actor)",
                     "aggregate", "evaluate (overlapped)", "rest", "start-up s"],
                    [[r["workload"], *[f"{r[f'raw{t}_train_s']:.4f} / {r[f'raw{t}_evaluate_s']:.4f}" for t in raw_threads],
-                     *[f"{r[f'platform_{p}_s']:.4f}" for p in ("local_train", "aggregate", "evaluate")],
+                     f"{r['platform_local_train_s']:.4f}", f"{r['batched_local_train_s']:.4f}",
+                     *[f"{r[f'platform_{p}_s']:.4f}" for p in ("aggregate", "evaluate")],
                      f"{r['platform_s'] - r['platform_local_train_s'] - r['platform_aggregate_s']:.4f}",
                      f"{r['platform_startup_s']:.2f}"] for r in results])
     return (table(headers, rows) + "\n\nphases, median s/round (platform: the server's timers; the server evaluates "
             "round r while round r+1's clients train, so evaluate is not on the critical path; rest = s/round - "
             "train - aggregate: Ray calls, transfers, pre-reduction, evaluation's share of the cores):\n" + phases
-            + "\n\n" + "\n".join(f"{r['workload']}: {r['title']}" for r in results))
+            + "\n\n" + "\n".join(f"{r['workload']}: {r['title']}" for r in results)
+            + "\n\nbatched run, last round: " + "\n".join(f"{r['workload']}: {r['batched_paths']}" for r in results))
 
 
 def main(argv=None) -> int:

@@ -11,7 +11,7 @@ import dataclasses
 import os
 import typing
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 import yaml
@@ -156,8 +156,18 @@ class ClientsConfig:
     state_memory_mb: float = spec(1024.0, doc="Memory bound of the client-state store (personalised models, "
                                               "optimiser states) on each parameter server; past it, the least "
                                               "recently used states spill to the server's local disk.", ge=0)
+    batched: Union[str, bool] = spec(
+        "auto", doc="Train the sampled clients of one architecture on an actor as one batched computation "
+                    "(torch.func.vmap over stacked models; the same results as one after another up to float "
+                    "rounding) where the method supports it (FedAvg, FedProx): on, off, or auto (batched where "
+                    "it is measured to be faster: 2+ clients on the actor and, on a CPU, parameters x batch size "
+                    "<= 2,000,000; see algorithms/common/batched_training.py). platform.run --profile says which "
+                    "path ran and why. YAML's bare on/off (true/false) mean on/off.",
+        choices=("auto", "on", "off", True, False))
 
     def validate(self, path: str) -> None:
+        if isinstance(self.batched, bool):  # YAML 1.1 reads a bare on/off as true/false
+            object.__setattr__(self, "batched", "on" if self.batched else "off")
         if self.clients_per_round > self.num_clients:
             raise ConfigError(f"{path}.clients_per_round",
                               f"must be <= clients.num_clients ({self.num_clients}), got {self.clients_per_round}")

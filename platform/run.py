@@ -14,8 +14,8 @@ from typing import Optional
 from platform.cli import add_ray_arguments, connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
 from platform.config import apply_overrides, build_experiment, load_yaml, parse_override
 from platform.errors import UserError
-from platform.run_schema import (METRIC_FINAL, RESULT_ARRAYS, STATUS_COMPLETED, STATUS_FAILED, STATUS_INTERRUPTED,
-                                 STATUS_RUNNING, TAG_COMMAND, TAG_GIT_COMMIT, TAG_STATUS)
+from platform.run_schema import (METRIC_FINAL, RESULT_ARRAYS, RESULT_CLIENT_PATHS, STATUS_COMPLETED, STATUS_FAILED,
+                                 STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND, TAG_GIT_COMMIT, TAG_STATUS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,6 +92,15 @@ def profile_table(rounds: list[dict]) -> str:
     share = {k: 100 * v / totals["total"] if totals["total"] else 0 for k, v in totals.items()}
     lines.append(f"{'share':>5} " + " ".join(f"{share[p]:>10.1f}%" for p in PROFILE_PHASES)
                  + f" {share['other']:>7.1f}% {100:>7.1f}%")
+    paths: dict[str, list[int]] = {}  # how the clients trained (clients.batched) -> the rounds it happened in
+    for m in rounds:
+        if m.get(RESULT_CLIENT_PATHS):
+            paths.setdefault(m[RESULT_CLIENT_PATHS], []).append(int(m["round"]))
+    if paths:
+        lines.append("local training path per client actor (clients.batched):")
+        for text, numbers in paths.items():
+            where = f"rounds {numbers[0]}-{numbers[-1]}" if len(numbers) > 1 else f"round {numbers[0]}"
+            lines.extend(f"  {where}: {part}" for part in text.split("; "))
     return "\n".join(lines)
 
 
@@ -264,6 +273,7 @@ def _run_rounds(federations, config, args, tracker, run_id, clock: Optional[Star
     profile = []
     for metrics in rounds:
         arrays = metrics.pop(RESULT_ARRAYS, None)
+        paths = metrics.pop(RESULT_CLIENT_PATHS, None)  # not a metric: --profile prints it
         print(_format(metrics), flush=True)
         started = time.perf_counter()
         if tracker:
@@ -273,10 +283,13 @@ def _run_rounds(federations, config, args, tracker, run_id, clock: Optional[Star
         metrics["tracking_seconds"] = time.perf_counter() - started
         if clock is not None and not profile:
             clock.mark("round 1")
+        if paths:
+            metrics[RESULT_CLIENT_PATHS] = paths
         profile.append(metrics)
     if tracker and profile:
         last = profile[-1]
-        tracker.log_metrics(run_id, {f"{METRIC_FINAL}{k}": v for k, v in last.items() if k != "round"},
+        tracker.log_metrics(run_id, {f"{METRIC_FINAL}{k}": v for k, v in last.items()
+                                     if k not in ("round", RESULT_CLIENT_PATHS)},
                             step=last["round"])
     return profile
 

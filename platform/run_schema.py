@@ -72,6 +72,10 @@ ARTIFACT_PARETO_PNG = "pareto_front.png"  # the first two objectives of every fi
 ARTIFACT_ARRAYS = "arrays"
 RESULT_ARRAYS = "_arrays"
 MAX_ARRAY_ELEMENTS = 1_000_000  # larger arrays are skipped, with one warning per name
+# How each client actor trained its clients in a round (clients.batched): one line per actor and architecture,
+# "<arch>: batched|sequential, <n> clients (<reason>)". In a round's metrics under RESULT_CLIENT_PATHS (the first
+# seed's), never a metric; platform.run --profile prints it. The metric batched_clients counts the batched ones.
+RESULT_CLIENT_PATHS = "_client_paths"
 
 # A round's metrics as a trial reports them to Tune: as numbers only what Tune selects, schedules and stops on and what
 # the sweep's summary reads (``round``, the search metrics, the test figures, each with its ``_std``); every other

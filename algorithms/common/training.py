@@ -27,6 +27,20 @@ class LocalTraining:
             return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
         return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
+    def optimizer_defaults(self) -> dict:
+        """The hyperparameters :meth:`make_optimizer`'s optimiser runs with (torch's ``defaults``, every default
+        filled in): what the batched loop (:mod:`algorithms.common.batched_training`) steps with, so both loops
+        share one definition of the optimiser."""
+        return dict(self.make_optimizer([torch.zeros(1, requires_grad=True)]).defaults)
+
+
+def epoch_batches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """One epoch's batches of a client with ``n`` samples: slices of ``torch.randperm(n, generator=generator)``,
+    ``batch_size`` each, the last one smaller. Both loops (:func:`train_local` and the batched one) draw their
+    batch order here, one call per epoch, so the same generator gives the same batches."""
+    order = torch.randperm(n, generator=generator)
+    return [order[start:start + batch_size] for start in range(0, n, batch_size)]
+
 
 def train_local(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: LocalTraining, generator: torch.Generator,
                 extra_loss: Optional[Callable[[nn.Module], torch.Tensor]] = None,
@@ -42,6 +56,10 @@ def train_local(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: LocalTr
     ``extra_loss(model)`` is added to each batch's loss, e.g. FedProx's proximal term.
     ``on_step(model)`` runs after every optimiser step and ``on_epoch_end(model)`` after every epoch, e.g. to
     collect FedPA's iterate-averaged posterior samples; neither may change the model.
+
+    :func:`algorithms.common.batched_training.train_local_batched` trains several clients at once with the same
+    batch order (:func:`epoch_batches`) and optimiser (:meth:`LocalTraining.optimizer_defaults`); it is this loop
+    up to float rounding (``clients.batched``).
     """
     model.train()
     optimizer = cfg.make_optimizer(model.parameters())
@@ -50,9 +68,7 @@ def train_local(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: LocalTr
     n = len(y)
     total, batches = 0.0, 0
     for _ in range(cfg.epochs):
-        order = torch.randperm(n, generator=generator)
-        for start in range(0, n, cfg.batch_size):
-            idx = order[start:start + cfg.batch_size]
+        for idx in epoch_batches(n, cfg.batch_size, generator):
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(x[idx]), y[idx])
             if extra_loss is not None:

@@ -9,6 +9,7 @@ client exactly.
 """
 from __future__ import annotations
 
+import logging
 import re
 import time
 import warnings
@@ -23,14 +24,17 @@ import torch
 from algorithms import ClientContext, ServerContext, reduce_updates, resolve_algorithm
 from algorithms.base import aggregate_round, group_by_architecture, mean_metrics
 from algorithms.common import LocalTraining, evaluate, get_flat_weights, set_flat_weights
+from algorithms.common.batched_training import BatchingUnsupported, prefers_batched
 from platform.models import assign_architectures, build_model
-from platform.run_schema import MAX_ARRAY_ELEMENTS, RESULT_ARRAYS
+from platform.run_schema import MAX_ARRAY_ELEMENTS, RESULT_ARRAYS, RESULT_CLIENT_PATHS
 from platform.runtime.seeding import derived_seed, generator
 from platform.runtime.memo import Memos
 from platform.runtime.state_store import ClientStateStore
 
 SERVER_STREAM_KEY = 2**32 - 1  # distinguishes the server's streams from every (round, client) stream
 GLOBAL_RNG_KEY = 2**32 - 2  # distinguishes a client's global-RNG seed (dropout) from its training generator's
+
+log = logging.getLogger(__name__)
 
 
 def _pick_device(wants_gpu: bool) -> torch.device:
@@ -112,6 +116,8 @@ class RoundResult:
     updates: list
     states: dict = field(default_factory=dict)
     evaluations: list = field(default_factory=list)
+    paths: list = field(default_factory=list)  # how each architecture's clients trained (see RESULT_CLIENT_PATHS)
+    batched_clients: int = 0  # clients trained by a batched client_update_many
 
     @property
     def seconds(self) -> float:
@@ -260,6 +266,8 @@ class ParameterServer(Reusable):
         arrays = self._due_arrays()
         if arrays:
             metrics[RESULT_ARRAYS] = arrays
+        metrics["batched_clients"] = sum(result.batched_clients for result in results)
+        metrics[RESULT_CLIENT_PATHS] = "; ".join(p for result in results for p in result.paths)
         metrics.update({"round": self.state.round, "clients": sum(u.num_clients for u in updates),
                         "broadcast_seconds": getattr(self, "_broadcast_seconds", 0.0),
                         "local_train_seconds": local_train, "aggregate_seconds": time.perf_counter() - start})
@@ -396,7 +404,8 @@ class ClientSplits:
 
 
 class ClientPool(Reusable):
-    """Hosts a fixed shard of virtual clients; trains the sampled ones in turn with one model per architecture.
+    """Hosts a fixed shard of virtual clients; trains the sampled ones in turn with one model per architecture,
+    or, per ``clients.batched``, each architecture's sampled clients at once (:meth:`Algorithm.client_update_many`).
 
     ``shards``: :class:`ClientSplits`, a :class:`ClientShards` of every client's training indices, or a mapping
     client → training indices. ``hosted`` names the clients this actor hosts by default (a balanced round may
@@ -454,6 +463,7 @@ class ClientPool(Reusable):
         return ClientContext(
             client_id=k, x=x, y=y, model=self._model(k), architecture=self.architecture(k),
             training=self.training, generator=generator(self.training_seed, round_index, k),
+            dropout_generator=generator(self.training_seed, round_index, k, GLOBAL_RNG_KEY),
             noise_generator=generator(self.noise_seed, round_index, k), state=state, device=self.device,
             val_x=val_x, val_y=val_y, test_x=test_x, test_y=test_y, public_x=self.public_x,
             global_test_x=self.global_test_x, initial_weights=self._initial[self.architecture(k)],
@@ -467,14 +477,18 @@ class ClientPool(Reusable):
         algorithm = self.algorithm
         states = states or {}
         result = RoundResult(updates=[])
+        batched = self._train_batched(payload, [int(k) for k in client_ids], round_index, states, result)
         for k in client_ids:
             k = int(k)
             had_state = k in states
-            client = self.client(k, round_index, dict(states.get(k, {})))
-            _seed_global_rng(self.training_seed, round_index, k, GLOBAL_RNG_KEY, device=self.device)
-            start = time.perf_counter()
-            update = algorithm.client_update(payload, client)
-            update.seconds = time.perf_counter() - start
+            if k in batched:
+                client, update = batched[k]
+            else:
+                client = self.client(k, round_index, dict(states.get(k, {})))
+                _seed_global_rng(self.training_seed, round_index, k, GLOBAL_RNG_KEY, device=self.device)
+                start = time.perf_counter()
+                update = algorithm.client_update(payload, client)
+                update.seconds = time.perf_counter() - start
             update.architecture, update.client_id = client.architecture, k
             result.updates.append(update)
             if algorithm.evaluates_clients:
@@ -491,6 +505,65 @@ class ClientPool(Reusable):
         if reduce and algorithm.summable and len(result.updates) > 1:
             result.updates = [reduce_updates(group) for group in group_by_architecture(result.updates).values()]
         return result
+
+    def _train_batched(self, payload: dict, client_ids: list[int], round_index: int, states: Mapping[int, dict],
+                       result: RoundResult) -> dict[int, tuple[ClientContext, object]]:
+        """Train the clients of each architecture batched where ``clients.batched`` and the method allow
+        (:meth:`Algorithm.batching_obstacle`, :meth:`Algorithm.client_update_many`); returns client -> (context,
+        update) for those, and notes in ``result`` how each architecture's clients trained and why (the reason
+        is logged once per actor). The others are left to :meth:`train`'s loop over ``client_update``."""
+        mode = self.config.clients.batched
+        groups: dict[str, list[int]] = {}
+        for k in client_ids:
+            groups.setdefault(self.architecture(k), []).append(k)
+        out: dict[int, tuple[ClientContext, object]] = {}
+        for name, group in groups.items():
+            if mode == "off":
+                reason = "clients.batched = off"
+            elif mode == "auto":
+                wanted, reason = prefers_batched(self._model(group[0]), self.training.batch_size, len(group),
+                                                 self.device)
+                reason = f"auto: {reason}"
+                if wanted:
+                    reason = self._batch(payload, group, round_index, states, out, result, reason)
+            else:
+                reason = self._batch(payload, group, round_index, states, out, result, "clients.batched = on")
+            if group[0] in out:
+                result.paths.append(f"{name}: batched, {len(group)} clients ({reason})")
+                result.batched_clients += len(group)
+            else:
+                result.paths.append(f"{name}: sequential, {len(group)} clients ({reason})")
+            self._log_once(f"clients of {name} train {'batched' if group[0] in out else 'sequentially'}: {reason}",
+                           fallback=mode == "on" and group[0] not in out)
+        return out
+
+    def _batch(self, payload, group, round_index, states, out, result, reason: str) -> str:
+        """client_update_many on ``group``; returns ``reason``, or why it fell back to sequential training."""
+        algorithm = self.algorithm
+        prefix = "auto" if reason.startswith("auto") else "fell back"
+        obstacle = algorithm.batching_obstacle(payload, ())  # the method's own answer, before any data is gathered
+        if obstacle:
+            return f"{prefix}: {obstacle}"
+        contexts = [self.client(k, round_index, dict(states.get(k, {}))) for k in group]
+        obstacle = algorithm.batching_obstacle(payload, contexts)
+        if obstacle:
+            return f"{prefix}: {obstacle}"
+        start = time.perf_counter()
+        try:
+            updates = algorithm.client_update_many(payload, contexts)
+        except BatchingUnsupported as err:
+            return f"{prefix}: {err}"
+        seconds = (time.perf_counter() - start) / len(contexts)  # the batch's time, shared evenly
+        for client, update in zip(contexts, updates):
+            update.seconds = seconds
+            out[client.client_id] = (client, update)
+        return reason
+
+    def _log_once(self, message: str, fallback: bool) -> None:
+        logged = self.__dict__.setdefault("_logged", set())
+        if message not in logged:
+            logged.add(message)
+            log.log(logging.WARNING if fallback else logging.INFO, message)
 
     def architecture(self, k: int) -> str:
         return self.config.model.name if self._names is None else self._names[k]

@@ -477,6 +477,7 @@ def one_round_stage_fields(config) -> dict:
 def one_round_stage(config):
     """The one-round client stage; its code version covers the modules that produce a client's update: the
     algorithm's classes, local training, flat weights, the models, the data layer and the client actor."""
+    import algorithms.common.batched_training
     import algorithms.common.training
     import algorithms.common.weights
     import algorithms.models
@@ -489,7 +490,8 @@ def one_round_stage(config):
 
     algorithm = resolve_algorithm(config.algorithm.name)
     own = [cls for cls in algorithm.__mro__ if cls.__module__.startswith("algorithms.") or cls is algorithm]
-    version = code_version(*own, algorithms.common.training, algorithms.common.weights, algorithms.models,
+    version = code_version(*own, algorithms.common.training, algorithms.common.batched_training,
+                           algorithms.common.weights, algorithms.models,
                            *(module for name, module in sorted(vars(algorithms.models).items())
                              if inspect.ismodule(module) and module.__name__.startswith("algorithms.models.")),
                            platform.data.datasets, platform.data.partition, platform.data.public,

@@ -20,7 +20,7 @@ from platform.cache import open_cache
 from platform.runtime.federation import (Federation, SharedData, WarmActors, one_round_stage,
                                          replicate_over_seeds, share_dataset)
 from platform.runtime.placement import current_placement, own_placement
-from platform.run_schema import REPORTED_TEST_METRICS, RESULT_ARRAYS, per_seed_key, tune_result
+from platform.run_schema import REPORTED_TEST_METRICS, RESULT_ARRAYS, RESULT_CLIENT_PATHS, per_seed_key, tune_result
 
 NOT_SUMMARISED = ("round", "clients")
 # Metrics also reported per seed, as ``<metric>/seed_<seed>`` (e.g. ``test_accuracy/seed_3``): the headline figures
@@ -48,6 +48,8 @@ def summarise_seeds(per_seed: list[dict], seeds: list[int] | None = None,
             out.update({per_seed_key(key, seed): float(m[key]) for seed, m in zip(seeds, per_seed) if key in m})
     if per_seed[0].get(RESULT_ARRAYS):
         out[RESULT_ARRAYS] = per_seed[0][RESULT_ARRAYS]
+    if per_seed[0].get(RESULT_CLIENT_PATHS):  # how the clients trained (clients.batched), the first seed's
+        out[RESULT_CLIENT_PATHS] = per_seed[0][RESULT_CLIENT_PATHS]
     return out
 
 
@@ -150,6 +152,7 @@ def _run_trial(federations: list[Federation], config, one_round: bool, checkpoin
             for i, f in enumerate(federations):
                 f.load(os.path.join(directory, f"seed_{i}.pt"))
     for metrics in run_rounds(federations, config.rounds, federations[0].round, per_seed_metrics):
+        metrics.pop(RESULT_CLIENT_PATHS, None)  # a line of text per round: platform.run --profile's, not Tune's
         round_index = metrics["round"]
         metrics = tune_result(metrics, numeric)
         if checkpoint_every and (round_index % checkpoint_every == 0 or round_index == config.rounds):

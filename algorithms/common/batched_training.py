@@ -1,0 +1,338 @@
+"""Local training of K clients of one architecture as one batched computation (``clients.batched``).
+
+The contract is :func:`algorithms.common.training.train_local` run on each client in turn: the same clients, batch
+order, dropout masks and optimiser give the same models up to float rounding. How:
+
+- **Stacked state.** Every parameter and buffer becomes one tensor ``[K, ...]`` (row k = client k), and one
+  step runs the model on every active client at once with ``torch.func.functional_call`` under
+  ``torch.func.vmap`` (convolutions become grouped convolutions, linear layers batched matrix products).
+  ``vmap(randomness="error")``: a random operation this module does not reproduce raises
+  :class:`BatchingUnsupported` before any state changes, and the caller trains sequentially.
+- **Batch order.** Each client's batches come from its own generator through
+  :func:`~algorithms.common.training.epoch_batches`, the function ``train_local`` uses, so both draw the same
+  ``randperm`` per epoch.
+- **Unequal clients** (different sizes, so different step counts and last-batch sizes): clients are sorted by
+  step count (descending), so the clients still training at step t are a prefix of the stack and each step
+  trains on *views* of the stacked tensors: a finished client costs nothing and nothing is copied to drop it
+  (masking finished clients instead computes max-steps × K client-steps: 2-3× the real work with the digits
+  workload's Dirichlet partition). A client's smaller last batch is padded to the step's batch size with
+  loss weight 0 (the mean over its real samples; padding gets no gradient), so a step is one call, when the model
+  has no BatchNorm and the loss is cross-entropy; with BatchNorm the padding would enter the batch statistics, so
+  the prefix is split into runs of equal batch size, one call each (measured in benchmarks/RESULTS.md §1).
+- **Optimiser.** ``torch.optim``'s own functional SGD / Adam (:func:`torch.optim.sgd.sgd`,
+  :func:`torch.optim.adam.adam`) step the stacked views with the hyperparameters
+  :meth:`LocalTraining.optimizer_defaults` reads off the optimiser ``train_local`` builds. Both are elementwise,
+  so row k steps exactly as client k's own optimiser; every client in a run has taken the same number of steps,
+  so Adam's step count is shared.
+- **Dropout** (``nn.Dropout``): sequential training draws the masks from torch's global generator, which the
+  platform seeds per (round, client) before ``client_update``. Here each client's masks come from its own
+  ``dropout_generator``, seeded with that same seed, drawn in the same order (each step, each dropout call in
+  forward order) and the same way (``bernoulli_(1 - p)`` then ``/ (1 - p)``, as ATen's CPU dropout), so the
+  masks are identical. Other dropout kinds (``Dropout2d``, ``AlphaDropout``...) are refused
+  (:func:`batching_obstacle`). On a GPU, ATen's fused dropout kernel draws differently from this: there the
+  batched masks have the right distribution but are not the sequential masks.
+- **BatchNorm**: running statistics are stacked buffers, updated per client in place.
+- **Extra loss** (FedProx's proximal term): ``extra_loss(model)`` is called inside the batched computation with
+  the model's parameters replaced by the client's row, so the same closure serves both loops; it is built once
+  for all K clients (it may depend on the start weights, which they share, not on the client).
+
+Not supported here (callers keep ``train_local``): ``on_step`` / ``on_epoch_end`` hooks, a persistent
+``optimizer_state``, and a ``loss_fn`` that is not a per-batch mean of (outputs, targets). Memory: the K clients'
+parameters, gradients, optimiser state and data are held at once; K is not split into chunks yet.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vmap
+from torch.optim.adam import adam as adam_step
+from torch.optim.sgd import sgd as sgd_step
+
+from algorithms.common.training import LocalTraining, epoch_batches
+
+#: ``clients.batched: auto`` trains batched on a CPU only where parameters × batch size is at most this: the
+#: per-operation overhead of small models is what batching removes; larger work per step is compute-bound, and
+#: there the grouped convolutions vmap produces run slower than K separate ones (benchmarks/RESULTS.md §1).
+AUTO_MAX_WORK_CPU = 2_000_000
+
+
+class BatchingUnsupported(Exception):
+    """The clients cannot be trained batched (the message says why); nothing was changed, train them in turn."""
+
+
+def batching_obstacle(model: nn.Module, cfg: LocalTraining) -> Optional[str]:
+    """Why ``model`` with ``cfg`` cannot be trained batched, or None when it can."""
+    if cfg.optimizer not in ("sgd", "adam"):
+        return f"optimizer {cfg.optimizer!r} has no batched step"
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.dropout._DropoutNd) and type(module) is not nn.Dropout:
+            return f"{type(module).__name__} at {name or 'model'} draws masks the batched loop does not reproduce"
+    return None
+
+
+def prefers_batched(model: nn.Module, batch_size: int, num_clients: int,
+                    device: torch.device) -> tuple[bool, str]:
+    """``clients.batched: auto``'s rule: whether batching ``num_clients`` clients is expected to be faster than
+    training them in turn, and why (measured on this repository's benchmarks, benchmarks/RESULTS.md §1)."""
+    if num_clients < 2:
+        return False, "one client in the group: nothing to batch"
+    if device.type == "cuda":
+        return True, "GPU: batching fills the device"
+    work = sum(p.numel() for p in model.parameters()) * batch_size
+    if work > AUTO_MAX_WORK_CPU:
+        return False, (f"parameters x batch size = {work:,} > {AUTO_MAX_WORK_CPU:,}: compute-bound on CPU, "
+                       f"batched is not faster")
+    return True, f"parameters x batch size = {work:,} <= {AUTO_MAX_WORK_CPU:,}: overhead-bound on CPU"
+
+
+class _GivenMasks:
+    """Replaces the forward of a model's ``nn.Dropout`` modules while the batched loop runs: each call multiplies
+    by the next of the masks drawn for this step (one per dropout call in forward order)."""
+
+    def __init__(self, model: nn.Module):
+        self.modules = [m for m in model.modules() if type(m) is nn.Dropout]
+        self.masks: Sequence[torch.Tensor] = ()
+        self.next = 0
+        self.calls: Optional[list] = None  # while probing: (module, per-sample shape) of each masked call
+
+    def __enter__(self):
+        for module in self.modules:
+            module.forward = self._forward_of(module)  # an instance attribute: nn.Module.__call__ uses it
+        return self
+
+    def __exit__(self, *exc):
+        for module in self.modules:
+            del module.forward
+
+    def _forward_of(self, module: nn.Dropout):
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            if self.calls is not None:  # probing
+                if 0 < module.p < 1:
+                    self.calls.append((module, tuple(x.shape[1:])))
+                return x
+            if not module.training or module.p == 0:
+                return x
+            if module.p == 1:
+                return x * torch.zeros((), dtype=x.dtype, device=x.device)
+            mask = self.masks[self.next]
+            self.next += 1
+            return x * mask
+        return forward
+
+    def probe(self, model: nn.Module, sample: torch.Tensor) -> list:
+        """The (module, per-sample input shape) of each dropout call of one training step, in call order: one
+        forward of one sample in eval mode (no running statistics change), every dropout module reporting."""
+        if not self.modules:
+            return []
+        self.calls = []
+        was_training = model.training
+        try:
+            model.eval()
+            with torch.no_grad():
+                model(sample)
+            return list(self.calls)
+        finally:
+            self.calls = None
+            model.train(was_training)
+
+
+def _pad(mask: torch.Tensor, size: int) -> torch.Tensor:
+    """``mask`` with zero rows appended up to ``size`` rows (the padding of a padded batch)."""
+    if len(mask) == size:
+        return mask
+    return torch.cat([mask, mask.new_zeros((size - len(mask), *mask.shape[1:]))])
+
+
+def _draw_mask(module: nn.Dropout, shape: tuple, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+    """ATen's CPU dropout noise: ``empty_like(input).bernoulli_(1 - p).div_(1 - p)``, from ``generator``."""
+    noise = torch.empty(shape, dtype=like.dtype, device=like.device)
+    noise.bernoulli_(1 - module.p, generator=generator)
+    return noise.div_(1 - module.p)
+
+
+class _ClientLoss(nn.Module):
+    """One client's loss on one batch, as a module so that ``functional_call`` swaps the parameters that
+    ``extra_loss(model)`` reads too."""
+
+    def __init__(self, model: nn.Module, loss_fn: Callable, extra_loss: Optional[Callable]):
+        super().__init__()
+        self.model, self.loss_fn, self.extra_loss = model, loss_fn, extra_loss
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if weight is None:
+            loss = self.loss_fn(self.model(x), y)
+        else:  # a padded batch (cross-entropy only): the mean over the real samples, padding weighted 0
+            loss = (F.cross_entropy(self.model(x), y, reduction="none") * weight).sum() / weight.sum()
+        if self.extra_loss is not None:
+            loss = loss + self.extra_loss(self.model)
+        return loss
+
+
+def _runs(sizes: Sequence[int]) -> list[tuple[int, int, int]]:
+    """Maximal runs (start, end, size) of equal values in ``sizes``."""
+    runs, start = [], 0
+    for i in range(1, len(sizes) + 1):
+        if i == len(sizes) or sizes[i] != sizes[start]:
+            runs.append((start, i, sizes[start]))
+            start = i
+    return runs
+
+
+def train_local_batched(model: nn.Module, xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor], cfg: LocalTraining,
+                        generators: Sequence[torch.Generator],
+                        dropout_generators: Optional[Sequence[torch.Generator]] = None,
+                        extra_loss: Optional[Callable[[nn.Module], torch.Tensor]] = None,
+                        loss_fn: Callable = F.cross_entropy) -> tuple[torch.Tensor, list[float]]:
+    """Train K clients (data ``xs[k]``, ``ys[k]``; batch order from ``generators[k]``, dropout masks from
+    ``dropout_generators[k]``) for ``cfg.epochs`` epochs each, every one starting from the weights ``model`` holds.
+
+    Returns the clients' final models as flat vectors ``[K, D]`` (the layout of
+    :func:`~algorithms.common.weights.get_flat_weights`) and each client's mean training loss over its batches,
+    what ``train_local`` returns. ``model`` itself is left as it was. Raises :class:`BatchingUnsupported`, with
+    every generator restored, when the clients cannot be trained batched (see the module's docstring).
+    """
+    count = len(xs)
+    obstacle = batching_obstacle(model, cfg)
+    if obstacle:
+        raise BatchingUnsupported(obstacle)
+    saved = [g.get_state() for g in generators]
+    saved_dropout = [g.get_state() for g in dropout_generators or ()]
+    try:
+        return _train(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_fn, count)
+    except BatchingUnsupported:
+        for g, state in zip(generators, saved):
+            g.set_state(state)
+        for g, state in zip(dropout_generators or (), saved_dropout):
+            g.set_state(state)
+        raise
+
+
+def _train(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_fn, count):
+    device = xs[0].device if count else torch.device("cpu")
+    batches = [[idx for _ in range(cfg.epochs) for idx in epoch_batches(len(y), cfg.batch_size, g)]
+               for y, g in zip(ys, generators)]
+    # longest first, so the clients still training at step t are a prefix; among equals, larger last batch first
+    order = sorted(range(count), key=lambda k: (-len(batches[k]), -(len(batches[k][-1]) if batches[k] else 0)))
+    steps = [len(batches[k]) for k in order]
+    masks = _GivenMasks(model)
+    with masks:
+        sample = next((x[:1] for x in xs if len(x)), None)
+        calls = masks.probe(model, sample) if sample is not None else []
+        if calls and dropout_generators is None:
+            raise BatchingUnsupported("the model has dropout and no per-client dropout generators were given")
+        was_training = model.training
+        model.train()
+        try:
+            flat, losses = _steps(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_fn,
+                                  batches, order, steps, masks, calls, device)
+        finally:
+            model.train(was_training)
+    result = torch.empty_like(flat)
+    result[torch.tensor(order, dtype=torch.long)] = flat
+    mean_losses = [0.0] * count
+    for i, k in enumerate(order):
+        mean_losses[k] = losses[i] / max(steps[i], 1)
+    return result, mean_losses
+
+
+def _steps(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_fn, batches, order, steps, masks,
+           calls, device):
+    count = len(order)
+    named_params = dict(model.named_parameters())
+    stacked = {n: p.detach().unsqueeze(0).repeat(count, *[1] * p.dim()) for n, p in named_params.items()}
+    buffers = {n: b.detach().unsqueeze(0).repeat(count, *[1] * b.dim()) for n, b in model.named_buffers()}
+    trainable = [n for n, p in named_params.items() if p.requires_grad]
+    defaults = cfg.optimizer_defaults()
+    adam = cfg.optimizer == "adam"
+    if adam:
+        moments = {n: (torch.zeros_like(stacked[n]), torch.zeros_like(stacked[n]),
+                       torch.zeros_like(stacked[n]) if defaults["amsgrad"] else None) for n in trainable}
+    momentum = {} if adam or defaults["momentum"] == 0 else {n: torch.zeros_like(stacked[n]) for n in trainable}
+    x_all = torch.cat([xs[k] for k in order])
+    y_all = torch.cat([ys[k] for k in order])
+    offsets = [0]
+    for k in order:
+        offsets.append(offsets[-1] + len(ys[k]))
+    totals = torch.zeros(count, dtype=torch.float64)
+    client_loss = _ClientLoss(model, loss_fn, extra_loss)
+    prefix = "model."
+
+    def one_client(params, bufs, x, y, step_masks, weight=None):
+        masks.masks, masks.next = step_masks, 0
+        return functional_call(client_loss, ({prefix + n: v for n, v in params.items()},
+                                             {prefix + n: v for n, v in bufs.items()}), (x, y, weight))
+
+    plain, weighted = vmap(one_client, randomness="error"), vmap(one_client, randomness="error")
+    # Pad a smaller batch to the step's full size (padding weighted 0) instead of training it in a run of its own,
+    # where no sample sees the others: BatchNorm's batch statistics would include the padding.
+    pad = loss_fn is F.cross_entropy and not any(isinstance(m, nn.modules.batchnorm._BatchNorm)
+                                                 for m in model.modules())
+    for t in range(max(steps, default=0)):
+        active = sum(1 for s in steps if s > t)
+        sizes = [len(batches[order[i]][t]) for i in range(active)]
+        for start, end, size in ([(0, active, max(sizes))] if pad else _runs(sizes)):
+            rows = range(start, end)
+            parts = [batches[order[i]][t] + offsets[i] for i in rows]
+            weight = None
+            if any(len(p) != size for p in parts):
+                weight = torch.zeros(end - start, size, dtype=x_all.dtype, device=x_all.device)
+                for j, p in enumerate(parts):
+                    weight[j, :len(p)] = 1
+                parts = [torch.cat([p, p[:1].expand(size - len(p))]) for p in parts]
+            idx = torch.cat(parts)
+            xb = x_all[idx].view(end - start, size, *x_all.shape[1:])
+            yb = y_all[idx].view(end - start, size, *y_all.shape[1:])
+            step_masks = [torch.stack([_pad(_draw_mask(module, (len(batches[order[i]][t]), *shape),
+                                                       dropout_generators[order[i]], xb), size) for i in rows])
+                          for module, shape in calls]
+            params = {n: (v[start:end].detach().requires_grad_() if n in trainable else v[start:end])
+                      for n, v in stacked.items()}
+            bufs = {n: v[start:end] for n, v in buffers.items()}
+            try:
+                losses = (plain(params, bufs, xb, yb, step_masks) if weight is None
+                          else weighted(params, bufs, xb, yb, step_masks, weight))
+            except RuntimeError as err:
+                if t == 0 and "randomness" in str(err):
+                    raise BatchingUnsupported(f"the model draws random numbers the batched loop does not "
+                                              f"reproduce ({str(err).splitlines()[0]})") from None
+                raise
+            leaves = [params[n] for n in trainable]
+            grads = torch.autograd.grad(losses.sum(), leaves)
+            with torch.no_grad():
+                _optimizer_step(adam, defaults, trainable, leaves, grads, momentum,
+                                moments if adam else None, start, end, t)
+            totals[start:end] += losses.detach().double()
+    entries = [(k, v) for k, v in model.state_dict(keep_vars=True).items() if v.dtype.is_floating_point]
+    by_id = {id(p): stacked[n] for n, p in named_params.items()}
+    by_id.update({id(b): buffers[n] for n, b in model.named_buffers()})
+    flat = torch.cat([by_id[id(v)].reshape(count, -1) for _, v in entries], dim=1).to("cpu", torch.float32)
+    return flat, totals.tolist()
+
+
+def _optimizer_step(adam, defaults, names, params, grads, momentum, moments, start, end, t):
+    """One step of ``torch.optim``'s SGD or Adam on rows ``start:end`` of the stacked tensors (views)."""
+    if adam:
+        first = [moments[n][0][start:end] for n in names]
+        second = [moments[n][1][start:end] for n in names]
+        maximum = [moments[n][2][start:end] for n in names] if defaults["amsgrad"] else []
+        beta1, beta2 = defaults["betas"]
+        adam_step(params, list(grads), first, second, maximum,
+                              [torch.tensor(float(t), dtype=torch.float32) for _ in names],
+                              foreach=defaults.get("foreach"), capturable=False, differentiable=False,
+                              fused=defaults.get("fused"), has_complex=False,
+                              decoupled_weight_decay=defaults.get("decoupled_weight_decay", False),
+                              amsgrad=defaults["amsgrad"], beta1=beta1, beta2=beta2, lr=defaults["lr"],
+                              weight_decay=defaults["weight_decay"], eps=defaults["eps"],
+                              maximize=defaults["maximize"])
+        return
+    buffers = [None if t == 0 else momentum[n][start:end] for n in names] if momentum else [None] * len(names)
+    sgd_step(params, list(grads), buffers, foreach=defaults.get("foreach"), fused=defaults.get("fused"),
+                        weight_decay=defaults["weight_decay"], momentum=defaults["momentum"], lr=defaults["lr"],
+                        dampening=defaults["dampening"], nesterov=defaults["nesterov"],
+                        maximize=defaults["maximize"])
+    if momentum and t == 0:  # the first step created each buffer (a copy of the gradient): keep it in the stack
+        for n, buf in zip(names, buffers):
+            momentum[n][start:end].copy_(buf)
