@@ -54,8 +54,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from torchvision.transforms import InterpolationMode
-from torchvision.transforms.v2 import functional as TF
 
 from algorithms.errors import ConfigError
 
@@ -224,6 +222,9 @@ def make_patch_pool(image, size: int, out_size: int = 32, seed: int = 0, **setti
     log_r_lo, log_r_hi = math.log(v["ratio"][0]), math.log(v["ratio"][1])
     b, c, sat, hue = v["jitter"]
     jpeg = v["jpeg_quality"]
+    from torchvision.transforms import InterpolationMode  # imported here: torchvision costs 1.5 s at every start
+    from torchvision.transforms.v2 import functional as TF
+
     g = torch.Generator(device="cpu")
     g.manual_seed(int(seed))
     out = torch.empty((size, 3, out_size, out_size), dtype=torch.uint8)
@@ -292,6 +293,8 @@ def pool_to_float(pool: torch.Tensor, mean: Sequence[float], std: Sequence[float
         raise ValueError(f"pool must be [N, 3, S, S] or [3, S, S], got shape {tuple(pool.shape)}")
     x = pool.to(dtype) / 255.0
     if grayscale:
+        from torchvision.transforms.v2 import functional as TF
+
         x = TF.rgb_to_grayscale(x, num_output_channels=1)
     channels = x.shape[-3]
     m = torch.as_tensor(mean, dtype=dtype, device=x.device).reshape(-1)
