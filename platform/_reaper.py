@@ -32,14 +32,9 @@ def alive(processes):
     return [pid for pid, start in processes if start_time(pid) == start]
 
 
-def main(argv) -> int:
-    processes = [tuple(int(part) for part in arg.split(":")) for arg in argv]
-    try:
-        while os.read(0, 4096):  # the driver never writes: this returns b"" once it has exited
-            pass
-    except OSError:
-        pass
-    for signum, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 0.0)):
+def stop(processes, grace: float = GRACE_S) -> None:
+    """SIGTERM every (pid, start time) still alive, then SIGKILL what is left after ``grace`` seconds."""
+    for signum, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
         targets = alive(processes)
         for pid in targets:
             try:
@@ -51,7 +46,17 @@ def main(argv) -> int:
             time.sleep(0.1)
             targets = alive(processes)
         if not targets:
-            break
+            return
+
+
+def main(argv) -> int:
+    processes = [tuple(int(part) for part in arg.split(":")) for arg in argv]
+    try:
+        while os.read(0, 4096):  # the driver never writes: this returns b"" once it has exited
+            pass
+    except OSError:
+        pass
+    stop(processes)
     return 0
 
 

@@ -45,7 +45,6 @@ import os
 import secrets
 import socket
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -121,8 +120,9 @@ class _LocalStore:
             return fh.read()
 
     def write(self, path: str, data: bytes) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        _write_atomic(path, data)
+        from platform.storage import write_bytes
+
+        write_bytes(path, data)  # a temporary file renamed into place: whole or not at all
 
     def exists(self, path: str) -> bool:
         return os.path.isfile(path)
@@ -308,20 +308,6 @@ class StageCache:
         from platform.tracking import results_home
 
         return os.path.join(results_home(), "cache-scratch", *parts)
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def default_cache_root() -> str:

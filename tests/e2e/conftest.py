@@ -5,7 +5,6 @@ The cluster lives in its own temporary directory, and teardown stops only the pr
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -56,16 +55,11 @@ def worker_raylet(temp_dir: str) -> int:
     return pid
 
 
-def stop_processes(pids: list[int], grace: float = 10.0) -> None:
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, signum)
-            except OSError:
-                pass
-        deadline = time.time() + grace
-        while time.time() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in pids):
-            time.sleep(0.2)
+def stop_processes(pids: list[int]) -> None:
+    """SIGTERM, then after a grace period SIGKILL, each of ``pids`` (the driver's reaper does the same)."""
+    from platform import _reaper
+
+    _reaper.stop([(pid, start) for pid in pids if (start := _reaper.start_time(pid)) is not None], grace=10.0)
 
 
 @pytest.fixture
