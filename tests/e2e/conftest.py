@@ -94,14 +94,17 @@ def cluster(cluster_env):
         assert worker.returncode == 0, worker.stdout + worker.stderr
         address = f"http://127.0.0.1:{dashboard_port}"
         _wait(lambda: _alive_nodes(address, env) == 2, "the worker node did not join")
-        # the job server answers before the head's job agent has registered ("No available agent to submit job"
-        # under load): a no-op job that runs is the sign that `ray job submit` works
-        _wait(lambda: ray_cli("job", "submit", f"--address={address}", "--", "true", env=env,
-                              timeout=120).returncode == 0, "the head's job agent did not come up")
         yield {"env": env, "address": address, "gcs_address": f"127.0.0.1:{gcs_port}", "temp_dir": temp_dir}
     finally:
         stop_processes(processes_of(temp_dir))
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def wait_for_job_agent(cluster: dict, timeout: float = 240) -> None:
+    """Wait until `ray job submit` works: the job server answers before the head's job agent has registered ("No
+    available agent to submit job", for minutes under load); a no-op job that runs is the sign."""
+    _wait(lambda: ray_cli("job", "submit", f"--address={cluster['address']}", "--", "true", env=cluster["env"],
+                          timeout=120).returncode == 0, "the head's job agent did not come up", timeout)
 
 
 def _alive_nodes(address: str, env) -> int:

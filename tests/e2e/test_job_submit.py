@@ -9,12 +9,13 @@ import sys
 import pytest
 
 from tests.conftest import REPO_ROOT, mlflow_runs
-from tests.e2e.conftest import RAY
+from tests.e2e.conftest import RAY, wait_for_job_agent
 
 pytestmark = pytest.mark.e2e
 
 
 def test_job_submit_smoke_sweep_lands_in_stable_store(cluster, tmp_path):
+    wait_for_job_agent(cluster)
     home = tmp_path / "fedsweep_home"
     runtime_env = json.dumps({"env_vars": {"FEDSWEEP_HOME": str(home)}})
     submit = subprocess.run(
