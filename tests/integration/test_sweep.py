@@ -207,8 +207,9 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
 
     from platform.sweep import main
 
+    rounds = 40  # many short rounds: the kill after round 2 lands while the trial still runs (batched rounds are fast)
     space = {**FAST_SPACE, "parameters": {"clients.lr": {"grid": [0.05]}},
-             "base": {**FAST_SPACE["base"], "rounds": 8},
+             "base": {**FAST_SPACE["base"], "rounds": rounds},
              "search": {"searcher": "grid", "num_samples": 1, "seeds": [0], "metric": "val_accuracy", "mode": "max",
                         "checkpoint_every": 2}}
     path = tmp_path / "retried.yaml"
@@ -238,7 +239,7 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
     client, runs = mlflow_runs(tracking_uri, "retried")
     (child,) = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert child.info.status == "FINISHED" and child.data.tags["status"] == "completed"
-    assert [m.step for m in client.get_metric_history(child.info.run_id, "val_accuracy")] == list(range(1, 9))
+    assert [m.step for m in client.get_metric_history(child.info.run_id, "val_accuracy")] == list(range(1, rounds + 1))
 
 
 def _running(pid: int) -> bool:
