@@ -114,8 +114,8 @@ class StartupClock:
     """Seconds from this process's start to each start-up step (``--profile`` prints them)."""
 
     def __init__(self):
-        self.steps: list[tuple[str, float]] = []
         self.last = process_age()
+        self.steps: list[tuple[str, float]] = [("interpreter, imports", self.last)]
 
     def mark(self, step: str) -> None:
         now = process_age()
@@ -130,12 +130,13 @@ class StartupClock:
 
 def process_age() -> float:
     """Seconds since this process started (Linux: /proc; elsewhere since this module was imported)."""
+    from platform._reaper import start_time
+
+    started = start_time(os.getpid())
     try:
-        with open("/proc/self/stat") as fh:
-            started = int(fh.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
         with open("/proc/uptime") as fh:
-            return float(fh.read().split()[0]) - started
-    except (OSError, ValueError, IndexError):
+            return float(fh.read().split()[0]) - started / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, TypeError):  # TypeError: no /proc/self/stat (start_time gave None)
         return time.perf_counter() - _IMPORTED
 
 
@@ -145,7 +146,6 @@ _IMPORTED = time.perf_counter()
 @main_wrapper
 def main(argv=None) -> int:
     clock = StartupClock()
-    clock.steps.append(("interpreter, imports", clock.last))
     args = build_parser().parse_args(argv)
     config, experiment = resolve_config(args.config, args.overrides)
     quiet_libraries()

@@ -39,6 +39,19 @@ def tracking_uri(tmp_path):
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
+def process_cmdlines(pids=None) -> dict[int, str]:
+    """Command lines (arguments joined by spaces; Ray's processes show their title) of ``pids``, else of every process
+    on this machine, read from /proc; processes that are gone are left out."""
+    out = {}
+    for pid in (pids if pids is not None else [int(e) for e in os.listdir("/proc") if e.isdigit()]):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                out[pid] = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+    return out
+
+
 def run_cli(module: str, *args: str, cwd: str | None = None, env: dict | None = None, timeout: int = 600):
     """Run ``python -m <module> args`` in a fresh interpreter, as a user would."""
     full_env = {**os.environ, **(env or {})}

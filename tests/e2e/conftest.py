@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from tests.conftest import process_cmdlines
+
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 WORKER_RESOURCE = "fedsweep_e2e_worker"  # a custom resource only the worker node has: names its raylet
 
@@ -27,30 +29,18 @@ def ray_cli(*args, env, timeout=180):
     return subprocess.run([RAY, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _cmdlines() -> dict[int, str]:
-    out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    out[int(entry)] = fh.read().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-    return out
-
-
 def processes_of(temp_dir: str) -> list[int]:
     """The processes of the cluster whose session lives under ``temp_dir``, with all their descendants (Ray's
     workers retitle themselves, so they are found as children of the raylets)."""
     from platform.cli import _descendants
 
-    roots = [pid for pid, cmd in _cmdlines().items() if temp_dir in cmd and pid != os.getpid()]
+    roots = [pid for pid, cmd in process_cmdlines().items() if temp_dir in cmd and pid != os.getpid()]
     return sorted({pid for root in roots for pid in (root, *_descendants(root))})
 
 
 def worker_raylet(temp_dir: str) -> int:
     """The pid of the worker node's raylet."""
-    (pid,) = [pid for pid, cmd in _cmdlines().items()
+    (pid,) = [pid for pid, cmd in process_cmdlines().items()
               if "raylet/raylet" in cmd and temp_dir in cmd and WORKER_RESOURCE in cmd]
     return pid
 

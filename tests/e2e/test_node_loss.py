@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO_ROOT, mlflow_runs
+from tests.conftest import REPO_ROOT, mlflow_runs, process_cmdlines
 from tests.e2e.conftest import worker_raylet
 
 pytestmark = pytest.mark.e2e
@@ -59,12 +59,4 @@ def _trial_processes_under(raylet: int) -> list[int]:
     """Tune trial processes (``ray::ImplicitFunc``) that ``raylet`` started, i.e. that run on its node."""
     from platform.cli import _descendants
 
-    found = []
-    for pid in _descendants(raylet):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if fh.read().startswith(b"ray::ImplicitFunc"):
-                    found.append(pid)
-        except OSError:
-            continue
-    return found
+    return [pid for pid, cmd in process_cmdlines(_descendants(raylet)).items() if cmd.startswith("ray::ImplicitFunc")]

@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT, mlflow_runs
+from tests.conftest import REPO_ROOT, mlflow_runs, process_cmdlines
 
 FAST_SPACE = {
     "description": "test sweep",
@@ -75,13 +75,7 @@ def test_interrupted_sweep_resumes_without_duplicate_rounds(tmp_path):
     """Ctrl-C mid-sweep, then --resume: every run ends FINISHED and no round is logged twice."""
     from tests.conftest import run_cli
 
-    space = dict(FAST_SPACE)
-    space["base"] = {**FAST_SPACE["base"], "rounds": 4}
-    space["search"] = {**FAST_SPACE["search"], "seeds": [0], "checkpoint_every": 2, "max_concurrent_trials": 1}
-    path = tmp_path / "resumable.yaml"
-    path.write_text(yaml.safe_dump(space, sort_keys=False))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    args = [str(path), "--tracking-uri", uri, "--storage-path", str(tmp_path / "tune")]
+    uri, args = _resumable_sweep(tmp_path, "resumable")
     code, out = _sweep_until(args, "[trial 2/3] round 3/4", signal.SIGINT)
     assert code != 0, out
     # the printed hint alone continues it, from another directory: the sweep's stored invocation supplies the
@@ -159,13 +153,7 @@ def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tmp_path):
     the restored state did not know continues the run it had), every run ends, and none is left RUNNING."""
     from tests.conftest import run_cli
 
-    space = dict(FAST_SPACE)
-    space["base"] = {**FAST_SPACE["base"], "rounds": 4}
-    space["search"] = {**FAST_SPACE["search"], "seeds": [0], "checkpoint_every": 2, "max_concurrent_trials": 1}
-    path = tmp_path / "killed.yaml"
-    path.write_text(yaml.safe_dump(space, sort_keys=False))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    args = [str(path), "--tracking-uri", uri, "--storage-path", str(tmp_path / "tune")]
+    uri, args = _resumable_sweep(tmp_path, "killed")
     ray_processes: list[int] = []
     _sweep_until(args, "[trial 2/3] round 3/4", signal.SIGKILL, ray_processes)  # its open runs stay RUNNING
     # the driver's local Ray cluster goes with it (Ray's own agents would linger 60 s: platform/_reaper.py)
@@ -173,7 +161,7 @@ def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tmp_path):
     deadline = time.time() + 20
     while [pid for pid in ray_processes if _running(pid)] and time.time() < deadline:
         time.sleep(0.5)
-    assert not [pid for pid in ray_processes if _running(pid)], _titles(ray_processes)
+    assert not [pid for pid in ray_processes if _running(pid)], process_cmdlines(ray_processes)
     # --repair closes what the dead driver left RUNNING (its parent and the trials it had open)
     _, runs = mlflow_runs(uri, "killed")
     assert [r for r in runs if r.info.status == "RUNNING"]
@@ -251,28 +239,21 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _titles(pids: list[int]) -> list[str]:
-    titles = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                titles.append(fh.read()[:60].decode(errors="replace"))
-        except OSError:
-            continue
-    return titles
+def _resumable_sweep(tmp_path, name: str) -> tuple[str, list[str]]:
+    """A 3-trial, 4-round sweep, one trial at a time, checkpointed every 2 rounds, in space ``name``: (tracking URI,
+    the ``platform.sweep`` arguments that run it)."""
+    space = dict(FAST_SPACE)
+    space["base"] = {**FAST_SPACE["base"], "rounds": 4}
+    space["search"] = {**FAST_SPACE["search"], "seeds": [0], "checkpoint_every": 2, "max_concurrent_trials": 1}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return uri, [str(path), "--tracking-uri", uri, "--storage-path", str(tmp_path / "tune")]
 
 
-def _processes_titled(prefix: str) -> list[int]:
-    """Pids of this machine's processes whose command line starts with ``prefix``."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                if entry.isdigit() and fh.read().startswith(prefix.encode()):
-                    pids.append(int(entry))
-        except OSError:
-            continue
-    return pids
+def _processes_titled(prefix: str, among=None) -> list[int]:
+    """Pids (of ``among``, else of this machine) whose command line starts with ``prefix``."""
+    return [pid for pid, cmd in process_cmdlines(among).items() if cmd.startswith(prefix)]
 
 
 def _sweep_until(args: list[str], marker: str, signum: int,
