@@ -10,12 +10,28 @@ import time
 from typing import Iterable, Optional, Sequence
 
 
+def _psutil():
+    """psutil: installed, or the copy Ray ships in ray/thirdparty_files (on sys.path once ray is imported)."""
+    try:
+        import psutil
+    except ImportError:
+        import ray  # noqa: F401
+
+        import psutil
+    return psutil
+
+
 def machine_line() -> str:
-    import ray
     import torch
 
+    try:
+        import ray
+
+        ray_version = ray.__version__
+    except ImportError:  # the lent GPU machines have no Ray (benchmarks.round_throughput --in-process)
+        ray_version = "not installed"
     return (f"{os.cpu_count()} CPU cores, torch {torch.__version__} ({torch.get_num_threads()} threads by "
-            f"default), Ray {ray.__version__}, Python {sys.version.split()[0]}, "
+            f"default), Ray {ray_version}, Python {sys.version.split()[0]}, "
             f"GPU: {'cuda ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 
 
@@ -137,9 +153,7 @@ class ForeignLoad:
         self.cores = 0.0
 
     def __enter__(self):
-        import psutil
-
-        self._psutil = psutil
+        self._psutil = _psutil()
         self._first: dict = {}  # pid -> CPU seconds when first seen (0 for processes born inside the block)
         self._last: dict = {}
         self._sample(initial=True)
@@ -187,8 +201,6 @@ class ForeignLoad:
 
 def wait_for_quiet(max_foreign_cores: float = 0.25, timeout: float = 0.0, probe: float = 2.0) -> float:
     """Wait (up to ``timeout`` s) until other processes use less than ``max_foreign_cores``; returns the last probe."""
-    import ray  # noqa: F401  (puts ray's bundled psutil on sys.path)
-
     deadline = time.perf_counter() + timeout
     said = 0.0
     while True:

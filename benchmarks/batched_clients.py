@@ -75,39 +75,18 @@ def measure(name, shape, batch, clients, samples, repeats):
 
 
 def agreement(name: str, rounds: int) -> dict:
-    import torch
-
-    from algorithms.base import reduce_updates
-    from algorithms.common import evaluate, get_flat_weights, set_flat_weights
-    from benchmarks.round_throughput import WORKLOADS, _arrays, _config
-    from platform.data import partition_clients
-    from platform.runtime.actors import ClientPool
-    from platform.runtime.seeding import sample_clients
+    from benchmarks.round_throughput import WORKLOADS, _arrays, _config, pool_rounds
 
     workload = WORKLOADS[name]
     out = {}
     for batched in ("off", "on"):
         config = _config(workload, 1, rounds, batched)
-        data = _arrays(workload, config)
-        c = config.clients
-        shards = partition_clients(data[1], config.partition, c.num_clients, config.stream_seed("partition"),
-                                   data[4], data[5])
-        pool = ClientPool(config, (data[0], data[1]), dict(enumerate(shards)), tuple(data[0].shape[1:]), data[6])
-        model = pool.models[config.model.name]
-        weights = get_flat_weights(model)
-        tx, ty = torch.from_numpy(data[2]), torch.from_numpy(data[3])
-        curve = []
-        for r in range(rounds):
-            ks = [int(k) for k in sample_clients(c.num_clients, c.clients_per_round, config.stream_seed("sampling"), r)]
-            result = pool.train({"weights": weights}, ks, r)
-            weights = weights + reduce_updates(result.updates).tensors["delta"]
-            set_flat_weights(model, weights)
-            curve.append((evaluate(model, tx, ty)["test_loss"], weights.clone()))
-        out[batched] = curve
+        out[batched] = pool_rounds(config, _arrays(workload, config), rounds, threads=1)
     seq, bat = out["off"], out["on"]
-    return {"workload": name, "dloss1": abs(seq[0][0] - bat[0][0]), "dw1": float((seq[0][1] - bat[0][1]).abs().max()),
-            "dloss": abs(seq[-1][0] - bat[-1][0]), "dw": float((seq[-1][1] - bat[-1][1]).abs().max()),
-            "loss": seq[-1][0]}
+    return {"workload": name, "dloss1": abs(seq[0]["test_loss"] - bat[0]["test_loss"]),
+            "dw1": float((seq[0]["weights"] - bat[0]["weights"]).abs().max()),
+            "dloss": abs(seq[-1]["test_loss"] - bat[-1]["test_loss"]),
+            "dw": float((seq[-1]["weights"] - bat[-1]["weights"]).abs().max()), "loss": seq[-1]["test_loss"]}
 
 
 def main(argv=None) -> int:

@@ -2,6 +2,8 @@
 
     python -m benchmarks.round_throughput [--workloads digits_cnn,digits32_resnet8,cifar_pfl] [--rounds 5]
                                           [--raw-threads 2] [--cpus 2] [--json]
+    python -m benchmarks.round_throughput --device cuda --in-process \
+        --workloads digits_cnn,digits32_resnet8,cifar_pfl,cifar_pfl_1000
 
 For each workload the same FedAvg rounds (same sampled clients, data, model, epochs, batch size and seeds)
 run two ways, one after the other on the same cores:
@@ -17,6 +19,12 @@ run two ways, one after the other on the same cores:
 (c) ``batched``: the same with ``clients.batched: on``: each actor trains its clients as one vmapped computation
     (:mod:`algorithms.common.batched_training`). ``auto`` says which of (b)/(c) ``clients.batched: auto`` (the
     default) picks for the workload.
+
+``--in-process`` replaces Ray in (b) and (c) by one :class:`platform.runtime.actors.ClientPool` (the client
+actor's own class) hosting every client in this process, with the server's aggregation and evaluation done here as
+in (a): the platform's client code without Ray's calls and transfers (for a machine without Ray, such as the lent
+GPU machines, or to separate the two). ``--device cuda`` runs (a), (b) and (c) on the GPU (``resources.gpu = 1``;
+with Ray, one client actor holds it).
 
 Each reports the median seconds per round over ``--rounds`` rounds after one warm-up round; ``ratio`` is
 platform / raw with the first ``--raw-threads`` (≤ 1.0: the platform is as fast as the plain loop), ``raw/batched``
@@ -37,6 +45,7 @@ Workloads:
   random values, built here and handed to the runtime as arrays via ``SharedData``), 50 clients per round,
   batch 10, 1 local epoch, SGD lr 0.1, the 2-conv CNN (32, 64 channels, max-pool, dense 128: ``leaf_cnn``,
   the Reddi et al. / pfl-research CNN). Test set: 1,000 synthetic images (evaluated every round).
+- ``cifar_pfl_1000``: the same with all 1,000 clients in every round (the GPU variant issue 19 asks for).
 
 The machine is shared: ``other load`` is the average number of cores other processes used during each
 measurement; figures taken with other load well above 0 are not comparable.
@@ -95,13 +104,19 @@ WORKLOADS = {
          "clients": {"num_clients": 1000, "clients_per_round": 50, "local_epochs": 1, "batch_size": 10, "lr": 0.1}},
         arrays=_cifar_like_arrays),
 }
+WORKLOADS["cifar_pfl_1000"] = Workload(
+    "pfl CIFAR-10 x-device as cifar_pfl, all 1000 clients per round",
+    {**WORKLOADS["cifar_pfl"].config,
+     "clients": {**WORKLOADS["cifar_pfl"].config["clients"], "clients_per_round": 1000}},
+    arrays=_cifar_like_arrays)
 
 
-def _config(workload: Workload, cpus: float, rounds: int, batched: str = "off"):
+def _config(workload: Workload, cpus: float, rounds: int, batched: str = "off", gpu: float = 0.0):
     from platform.config import build_experiment
 
     # No server validation split: the raw loop has none, and both sides must do the same work.
-    return build_experiment({**workload.config, "rounds": rounds, "seed": 0, "resources": {"cpu": cpus},
+    return build_experiment({**workload.config, "rounds": rounds, "seed": 0,
+                             "resources": {"cpu": cpus, "gpu": gpu},
                              "server": {"val_fraction": 0.0},
                              "clients": {**workload.config["clients"], "batched": batched}})
 
@@ -119,7 +134,14 @@ def _arrays(workload: Workload, config):
 
 # --- (a) the plain PyTorch loop ----------------------------------------------------------------------------
 
-def raw_rounds(config, data, rounds: int, threads: int) -> list[dict]:
+def _synchronize(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def raw_rounds(config, data, rounds: int, threads: int, device=None) -> list[dict]:
     """FedAvg in one process: the platform's work (train the sampled clients, weighted mean, evaluate), no Ray."""
     import torch
 
@@ -129,16 +151,17 @@ def raw_rounds(config, data, rounds: int, threads: int) -> list[dict]:
     from platform.runtime.actors import GLOBAL_RNG_KEY
     from platform.runtime.seeding import derived_seed, generator, sample_clients
 
+    device = device or torch.device("cpu")
     torch.set_num_threads(threads)
     train_x, train_y, test_x, test_y, groups, coarse, num_classes = data
     c = config.clients
     shards = partition_clients(train_y, config.partition, c.num_clients, config.stream_seed("partition"), groups,
                                coarse)
-    x, y = torch.from_numpy(train_x), torch.from_numpy(train_y)
-    tx, ty = torch.from_numpy(test_x), torch.from_numpy(test_y)
+    x, y = torch.from_numpy(train_x), torch.from_numpy(train_y)  # clients' samples move to the device as the pool's
+    tx, ty = torch.from_numpy(test_x).to(device), torch.from_numpy(test_y).to(device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.stream_seed("init"))
-        model = build_model(config.model.name, train_x.shape[1:], num_classes)
+        model = build_model(config.model.name, train_x.shape[1:], num_classes).to(device)
     training = LocalTraining(c.local_epochs, c.batch_size, c.optimizer, c.lr, c.momentum, c.weight_decay)
     training_seed, sampling_seed = config.stream_seed("training"), config.stream_seed("sampling")
     weights = get_flat_weights(model)
@@ -149,13 +172,17 @@ def raw_rounds(config, data, rounds: int, threads: int) -> list[dict]:
         for k in sample_clients(c.num_clients, c.clients_per_round, sampling_seed, r):
             idx = torch.from_numpy(shards[k])
             set_flat_weights(model, weights)
-            torch.default_generator.manual_seed(derived_seed(training_seed, r, k, GLOBAL_RNG_KEY))  # dropout, as actors
-            loss = train_local(model, x[idx], y[idx], training, generator(training_seed, r, k))
+            seed = derived_seed(training_seed, r, k, GLOBAL_RNG_KEY)  # dropout, as the actors seed it
+            torch.default_generator.manual_seed(seed)
+            if device.type == "cuda":
+                torch.cuda.manual_seed(seed)
+            loss = train_local(model, x[idx].to(device), y[idx].to(device), training, generator(training_seed, r, k))
             n_k = float(len(idx))
             acc += n_k * (get_flat_weights(model) - weights)
             total, loss_sum = total + n_k, loss_sum + n_k * loss
         weights = weights + acc / total
         set_flat_weights(model, weights)
+        _synchronize(device)
         trained = time.perf_counter()
         metrics = evaluate(model, tx, ty)
         now = time.perf_counter()
@@ -195,29 +222,76 @@ def platform_rounds(config, data, rounds: int, cpus: int) -> tuple[list[dict], f
     return out, startup
 
 
-def measure(name: str, rounds: int, raw_threads: list[int], cpus: int, quiet_wait: float) -> dict:
+def pool_rounds(config, data, rounds: int, threads: int) -> list[dict]:
+    """The same rounds through one :class:`ClientPool` in this process (the client actor's class, no Ray): every
+    sampled client trained by the pool (``clients.batched`` as configured; on the GPU with ``resources.gpu``), then
+    the N_k-weighted mean and the test-set evaluation, as the raw loop. Per round also ``local_train_seconds``
+    (the pool's call) and the pool's ``_client_paths``."""
+    import torch
+
+    from algorithms.base import reduce_updates
+    from algorithms.common import evaluate, get_flat_weights, set_flat_weights
+    from platform.data import partition_clients
+    from platform.runtime.actors import ClientPool
+    from platform.runtime.seeding import sample_clients
+
+    train_x, train_y, test_x, test_y, groups, coarse, num_classes = data
+    c = config.clients
+    shards = partition_clients(train_y, config.partition, c.num_clients, config.stream_seed("partition"), groups,
+                               coarse)
+    pool = ClientPool(config, (train_x, train_y), dict(enumerate(shards)), tuple(train_x.shape[1:]), num_classes,
+                      num_threads=threads, wants_gpu=config.resources.gpu > 0)
+    model = pool.models[config.model.name]
+    tx, ty = torch.from_numpy(test_x).to(pool.device), torch.from_numpy(test_y).to(pool.device)
+    weights = get_flat_weights(model)
+    out = []
+    for r in range(rounds):
+        start = time.perf_counter()
+        ks = [int(k) for k in sample_clients(c.num_clients, c.clients_per_round, config.stream_seed("sampling"), r)]
+        result = pool.train({"weights": weights}, ks, r)
+        mean = reduce_updates(result.updates)
+        _synchronize(pool.device)
+        trained = time.perf_counter()
+        weights = weights + mean.tensors["delta"].to(weights.device)
+        set_flat_weights(model, weights)
+        metrics = evaluate(model, tx, ty)
+        now = time.perf_counter()
+        metrics.update({"round": r + 1, "seconds": now - start, "wall_seconds": now - start,
+                        "local_train_seconds": trained - start, "batched_clients": result.batched_clients,
+                        "_client_paths": "; ".join(result.paths), "weights": weights.detach().cpu()})
+        out.append(metrics)
+    return out
+
+
+def measure(name: str, rounds: int, raw_threads: list[int], cpus: int, quiet_wait: float,
+            device: str = "cpu", in_process: bool = False) -> dict:
+    import torch
+
     workload = WORKLOADS[name]
-    config = _config(workload, cpus, rounds + 1)
+    gpu = 1.0 if device == "cuda" else 0.0
+    config = _config(workload, cpus, rounds + 1, gpu=gpu)
     data = _arrays(workload, config)
+    run_platform = ((lambda cfg: (pool_rounds(cfg, data, rounds + 1, cpus), float("nan"))) if in_process
+                    else (lambda cfg: platform_rounds(cfg, data, rounds + 1, cpus)))
     result = {"workload": name, "title": workload.title, "rounds_timed": rounds, "cpus": cpus}
     raws = {}
     for threads in raw_threads:
         wait_for_quiet(timeout=quiet_wait)
         with ForeignLoad() as load:
-            raws[threads] = raw_rounds(config, data, rounds + 1, threads)
+            raws[threads] = raw_rounds(config, data, rounds + 1, threads, torch.device(device))
         result[f"raw{threads}_s"] = median([m["seconds"] for m in raws[threads][1:]])
         result[f"raw{threads}_train_s"] = median([m["train_seconds"] for m in raws[threads][1:]])
         result[f"raw{threads}_evaluate_s"] = median([m["evaluate_seconds"] for m in raws[threads][1:]])
         result[f"raw{threads}_other_load"] = load.cores
     wait_for_quiet(timeout=quiet_wait)
     with ForeignLoad() as load:
-        plat, startup = platform_rounds(config, data, rounds + 1, cpus)
+        plat, startup = run_platform(config)
     result["platform_s"] = median([m["wall_seconds"] for m in plat[1:]])
     result["platform_other_load"] = load.cores
     result["platform_startup_s"] = startup
     wait_for_quiet(timeout=quiet_wait)
     with ForeignLoad() as load:
-        batched, _ = platform_rounds(_config(workload, cpus, rounds + 1, "on"), data, rounds + 1, cpus)
+        batched, _ = run_platform(_config(workload, cpus, rounds + 1, "on", gpu))
     result["batched_s"] = median([m["wall_seconds"] for m in batched[1:]])
     result["batched_other_load"] = load.cores
     result["batched_local_train_s"] = median([m.get("local_train_seconds", 0.0) for m in batched[1:]])
@@ -225,7 +299,8 @@ def measure(name: str, rounds: int, raw_threads: list[int], cpus: int, quiet_wai
     result["batched_paths"] = batched[-1].get("_client_paths", "")
     result["batched_dloss1"] = abs(batched[0]["test_loss"] - plat[0]["test_loss"])
     result["batched_dloss"] = max(abs(a["test_loss"] - b["test_loss"]) for a, b in zip(batched, plat))
-    result["auto"] = _auto_choice(_config(workload, cpus, rounds + 1, "auto"), data)
+    result["auto"] = _auto_choice(_config(workload, cpus, rounds + 1, "auto", gpu), data)
+    result["device"], result["in_process"] = device, in_process
     for phase in ("broadcast", "local_train", "aggregate", "evaluate"):
         result[f"platform_{phase}_s"] = median([m.get(f"{phase}_seconds", 0.0) for m in plat[1:]])
     reference = raws[raw_threads[0]]
@@ -248,9 +323,10 @@ def _auto_choice(config, data) -> str:
     from algorithms.common.batched_training import prefers_batched
     from platform.models import build_model
 
-    per_actor = -(-config.clients.clients_per_round // max(int(config.resources.cpu), 1))
+    gpu = config.resources.gpu > 0 and torch.cuda.is_available()
+    per_actor = -(-config.clients.clients_per_round // (1 if gpu else max(int(config.resources.cpu), 1)))
     model = build_model(config.model.name, data[0].shape[1:], data[6])
-    wanted, _ = prefers_batched(model, config.clients.batch_size, per_actor, torch.device("cpu"))
+    wanted, _ = prefers_batched(model, config.clients.batch_size, per_actor, torch.device("cuda" if gpu else "cpu"))
     return "batched" if wanted else "seq"
 
 
@@ -293,6 +369,11 @@ def main(argv=None) -> int:
     parser.add_argument("--cpus", type=int, default=os.cpu_count(), help="Ray CPUs and resources.cpu (default: all)")
     parser.add_argument("--quiet-wait", type=float, default=60.0,
                         help="seconds to wait for other processes to go quiet before each measurement (default 60)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where every path trains and evaluates (default cpu; cuda: resources.gpu = 1)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="the platform paths run one ClientPool in this process instead of Ray actors "
+                             "(a machine without Ray, such as the lent GPU machines)")
     parser.add_argument("--json", action="store_true", help="also print one JSON line per workload")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.workloads.split(",") if n.strip()]
@@ -300,11 +381,19 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(unknown)}; allowed: {', '.join(WORKLOADS)}")
     raw_threads = [int(t) for t in args.raw_threads.split(",")]
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: no CUDA device is visible to torch here")
     print(machine_line(), flush=True)
+    print(f"paths: raw loop, platform {'ClientPool in this process (no Ray)' if args.in_process else 'on Ray actors'}"
+          f", device {args.device}", flush=True)
     results = []
     for name in names:
         print(f"... {name}", file=sys.stderr, flush=True)
-        results.append(measure(name, args.rounds, raw_threads, args.cpus, args.quiet_wait))
+        results.append(measure(name, args.rounds, raw_threads, args.cpus, args.quiet_wait, args.device,
+                               args.in_process))
         if args.json:
             print(json.dumps(results[-1]), flush=True)
     print(render(results, raw_threads))

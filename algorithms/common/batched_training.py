@@ -29,8 +29,9 @@ order, dropout masks and optimiser give the same models up to float rounding. Ho
   ``dropout_generator``, seeded with that same seed, drawn in the same order (each step, each dropout call in
   forward order) and the same way (``bernoulli_(1 - p)`` then ``/ (1 - p)``, as ATen's CPU dropout), so the
   masks are identical. Other dropout kinds (``Dropout2d``, ``AlphaDropout``...) are refused
-  (:func:`batching_obstacle`). On a GPU, ATen's fused dropout kernel draws differently from this: there the
-  batched masks have the right distribution but are not the sequential masks.
+  (:func:`batching_obstacle`). On a GPU the masks are still drawn from those (CPU) generators and moved to the
+  device with each step; ATen's fused CUDA dropout kernel draws differently, so there the batched masks have the
+  right distribution but are not the sequential masks.
 - **BatchNorm**: running statistics are stacked buffers, updated per client in place.
 - **Extra loss** (FedProx's proximal term): ``extra_loss(model)`` is called inside the batched computation with
   the model's parameters replaced by the client's row, so the same closure serves both loops; it is built once
@@ -147,8 +148,9 @@ def _pad(mask: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def _draw_mask(module: nn.Dropout, shape: tuple, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-    """ATen's CPU dropout noise: ``empty_like(input).bernoulli_(1 - p).div_(1 - p)``, from ``generator``."""
-    noise = torch.empty(shape, dtype=like.dtype, device=like.device)
+    """ATen's CPU dropout noise: ``empty_like(input).bernoulli_(1 - p).div_(1 - p)``, from ``generator``, on
+    ``generator``'s device (the caller moves a step's stacked masks to the data's device at once)."""
+    noise = torch.empty(shape, dtype=like.dtype, device=generator.device)
     noise.bernoulli_(1 - module.p, generator=generator)
     return noise.div_(1 - module.p)
 
@@ -256,7 +258,7 @@ def _steps(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_
     offsets = [0]
     for k in order:
         offsets.append(offsets[-1] + len(ys[k]))
-    totals = torch.zeros(count, dtype=torch.float64)
+    totals = torch.zeros(count, dtype=torch.float64, device=device)
     client_loss = _ClientLoss(model, loss_fn, extra_loss)
     prefix = "model."
 
@@ -286,7 +288,8 @@ def _steps(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_
             xb = x_all[idx].view(end - start, size, *x_all.shape[1:])
             yb = y_all[idx].view(end - start, size, *y_all.shape[1:])
             step_masks = [torch.stack([_pad(_draw_mask(module, (len(batches[order[i]][t]), *shape),
-                                                       dropout_generators[order[i]], xb), size) for i in rows])
+                                                       dropout_generators[order[i]], xb), size) for i in rows]
+                                      ).to(xb.device, non_blocking=True)
                           for module, shape in calls]
             params = {n: (v[start:end].detach().requires_grad_() if n in trainable else v[start:end])
                       for n, v in stacked.items()}

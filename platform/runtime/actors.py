@@ -1,5 +1,9 @@
 """The two actor types: a parameter server holding global state, and client actors hosting virtual clients.
 
+Plain classes: :mod:`platform.runtime.federation` makes them Ray actors (``ray.remote``), and nothing here imports
+Ray at module level, so one process can also drive them directly (``benchmarks.round_throughput --in-process``,
+on a machine without Ray).
+
 Neither knows any algorithm: they call the :class:`algorithms.base.Algorithm` interface. Each builds one model
 per architecture once; virtual clients copy weights into it in place. The parameter server also owns the
 client-state store (:class:`platform.runtime.state_store.ClientStateStore`): client actors receive the states of
@@ -18,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
-import ray
 import torch
 
 from algorithms import ClientContext, ServerContext, reduce_updates, resolve_algorithm
@@ -70,6 +73,8 @@ def _resolve_pretrained(pretrained: Optional[Mapping]) -> Optional[dict]:
     Ray when the actor was created)."""
     if pretrained is None:
         return None
+    import ray  # loaded already in an actor process
+
     refs = {k: v for k, v in pretrained.items() if isinstance(v, ray.ObjectRef)}
     fetched = dict(zip(refs, ray.get(list(refs.values())))) if refs else {}
     return {k: fetched.get(k, v) for k, v in pretrained.items()}
@@ -579,8 +584,6 @@ class ClientPool(Reusable):
         return self.models[name]
 
 
-RemoteParameterServer = ray.remote(ParameterServer)
-RemoteClientPool = ray.remote(ClientPool)
 __all__ = ["ClientPool", "ClientShards", "ClientSplits", "GLOBAL_RNG_KEY", "ParameterServer", "Reusable",
-           "RemoteClientPool", "RemoteParameterServer", "RoundResult", "arrays_due", "client_architectures",
+           "RoundResult", "arrays_due", "client_architectures",
            "derived_seed", "plottable_arrays", "summarise_client_evaluations"]

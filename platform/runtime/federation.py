@@ -23,12 +23,13 @@ from algorithms import resolve_algorithm
 from platform.data import load_dataset, partition_clients, server_validation_split, split_clients, split_fractions
 from platform.data.public import _subset, take_public
 from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted
-from platform.runtime.actors import (ClientShards, ClientSplits, ParameterServer, RemoteClientPool,
-                                     RemoteParameterServer, RoundResult)
+from platform.runtime.actors import ClientPool, ClientShards, ClientSplits, ParameterServer, RoundResult
 from platform.runtime.placement import (Placement, SLIVER_CPU, client_bundle, pool_size, server_threads,
                                         torch_threads)
 from platform.runtime.seeding import derived_seed, sample_clients
 
+RemoteParameterServer = ray.remote(ParameterServer)
+RemoteClientPool = ray.remote(ClientPool)
 CLIENT_SPLIT_KEY = 0x5B17  # the per-client train/val/test split's stream, derived from the partition seed
 
 
