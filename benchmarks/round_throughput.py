@@ -374,8 +374,19 @@ def main(argv=None) -> int:
     parser.add_argument("--in-process", action="store_true",
                         help="the platform paths run one ClientPool in this process instead of Ray actors "
                              "(a machine without Ray, such as the lent GPU machines)")
+    parser.add_argument("--batched-convolutions", choices=("default", "grouped", "products"), default="default",
+                        help="how the batched path computes convolutions in this process (--in-process): vmap's "
+                             "grouped convolutions, or unfold + batched matrix products (default: "
+                             "algorithms.common.batched_training.CONVOLUTIONS_AS_PRODUCTS_ON)")
     parser.add_argument("--json", action="store_true", help="also print one JSON line per workload")
     args = parser.parse_args(argv)
+    if args.batched_convolutions != "default":
+        if not args.in_process:
+            parser.error("--batched-convolutions applies to this process only: add --in-process")
+        from algorithms.common import batched_training
+
+        batched_training.CONVOLUTIONS_AS_PRODUCTS_ON = (frozenset({"cpu", "cuda"})
+                                                        if args.batched_convolutions == "products" else frozenset())
     names = [n.strip() for n in args.workloads.split(",") if n.strip()]
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
@@ -388,7 +399,7 @@ def main(argv=None) -> int:
             parser.error("--device cuda: no CUDA device is visible to torch here")
     print(machine_line(), flush=True)
     print(f"paths: raw loop, platform {'ClientPool in this process (no Ray)' if args.in_process else 'on Ray actors'}"
-          f", device {args.device}", flush=True)
+          f", device {args.device}, batched convolutions: {args.batched_convolutions}", flush=True)
     results = []
     for name in names:
         print(f"... {name}", file=sys.stderr, flush=True)

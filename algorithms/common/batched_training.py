@@ -60,6 +60,14 @@ from algorithms.common.training import LocalTraining, epoch_batches
 AUTO_MAX_WORK_CPU = 2_000_000
 
 
+#: The devices on which the batched loop computes convolutions as unfold + batched matrix products
+#: (:class:`_ConvolutionsAsProducts`) instead of the grouped convolutions ``vmap`` makes of them. Measured
+#: (benchmarks/RESULTS.md §1): on the GPU, cuDNN's grouped convolutions made batching no faster than training
+#: the clients in turn; on a CPU the products are slower than the grouped convolutions for all but the smallest
+#: models, and the grouped ones keep the batched results within the CPU tolerance of the tests.
+CONVOLUTIONS_AS_PRODUCTS_ON = frozenset({"cuda"})
+
+
 class BatchingUnsupported(Exception):
     """The clients cannot be trained batched (the message says why); nothing was changed, train them in turn."""
 
@@ -138,6 +146,42 @@ class _GivenMasks:
         finally:
             self.calls = None
             model.train(was_training)
+
+
+class _ConvolutionsAsProducts:
+    """Replaces the forward of a model's ``nn.Conv2d`` modules (plain: zero padding given as numbers, one group)
+    while the batched loop runs: ``unfold`` then a matrix product with the weight, the same convolution up to float
+    rounding. Under ``vmap`` that product becomes one batched matrix product over the K clients, where ``vmap`` of
+    ``conv2d`` becomes a grouped convolution (K groups), which CPU kernels and cuDNN run far slower than K
+    separate convolutions (benchmarks/RESULTS.md §1)."""
+
+    def __init__(self, model: nn.Module, enabled: bool = True):
+        self.modules = [m for m in model.modules() if type(m) is nn.Conv2d and m.groups == 1
+                        and m.padding_mode == "zeros" and not isinstance(m.padding, str)] if enabled else []
+
+    def __enter__(self):
+        for module in self.modules:
+            module.forward = self._forward_of(module)
+        return self
+
+    def __exit__(self, *exc):
+        for module in self.modules:
+            del module.forward
+
+    @staticmethod
+    def _forward_of(module: nn.Conv2d):
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = module.kernel_size, module.stride, module.padding, module.dilation
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            batch, _, height, width = x.shape
+            cols = F.unfold(x, (kh, kw), dilation=(dh, dw), padding=(ph, pw), stride=(sh, sw))  # [B, C*kh*kw, L]
+            out = module.weight.reshape(module.out_channels, -1) @ cols  # [B, out, L]
+            if module.bias is not None:
+                out = out + module.bias.reshape(-1, 1)
+            out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+            out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+            return out.reshape(batch, module.out_channels, out_h, out_w)
+        return forward
 
 
 def _pad(mask: torch.Tensor, size: int) -> torch.Tensor:
@@ -220,7 +264,7 @@ def _train(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_
     order = sorted(range(count), key=lambda k: (-len(batches[k]), -(len(batches[k][-1]) if batches[k] else 0)))
     steps = [len(batches[k]) for k in order]
     masks = _GivenMasks(model)
-    with masks:
+    with masks, _ConvolutionsAsProducts(model, device.type in CONVOLUTIONS_AS_PRODUCTS_ON):
         sample = next((x[:1] for x in xs if len(x)), None)
         calls = masks.probe(model, sample) if sample is not None else []
         if calls and dropout_generators is None:

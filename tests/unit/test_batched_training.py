@@ -223,3 +223,40 @@ def test_profile_names_the_path():
     table = profile_table(rounds)
     assert "rounds 1-2: cnn: batched, 5 clients (auto: ...)" in table
     assert "rounds 1-2: cnn: sequential, 1 clients (auto: one client)" in table
+
+
+@pytest.mark.parametrize("stride,padding,dilation,bias", [(1, 0, 1, True), (2, 1, 1, False), (1, 2, 2, True),
+                                                          ((2, 1), (1, 0), 1, True)])
+def test_a_convolution_as_unfold_and_product_is_the_convolution_also_under_vmap(stride, padding, dilation, bias):
+    from torch.func import functional_call, vmap
+
+    from algorithms.common.batched_training import _ConvolutionsAsProducts
+
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 5, 3, stride=stride, padding=padding, dilation=dilation, bias=bias)
+    weights = {"weight": torch.randn(4, *conv.weight.shape)}
+    if bias:
+        weights["bias"] = torch.randn(4, 5)
+    x = torch.randn(4, 2, 3, 9, 8)  # 4 clients x 2 samples
+    expected = torch.stack([functional_call(conv, {k: v[i] for k, v in weights.items()}, (x[i],)) for i in range(4)])
+    with _ConvolutionsAsProducts(conv):
+        assert conv.forward is not nn.Conv2d.forward.__get__(conv)  # the patch is in place
+        got = vmap(lambda w, xi: functional_call(conv, w, (xi,)))(weights, x)
+    assert got.shape == expected.shape
+    assert torch.allclose(got, expected, atol=1e-5)
+    assert "forward" not in vars(conv)  # restored
+
+
+def test_batched_training_with_convolutions_as_products_stays_within_the_tolerance(monkeypatch):
+    """The products (the GPU's default) are also exact enough on the CPU for the cnn and the dropout CNN."""
+    from algorithms.common import batched_training
+
+    monkeypatch.setattr(batched_training, "CONVOLUTIONS_AS_PRODUCTS_ON", frozenset({"cpu"}))
+    for case in ("cnn-momentum", "leaf_cnn-dropout"):
+        name, shape, training, algorithm = CASES[case]
+        model, clients = _clients(name, shape, training)
+        payload = {"weights": get_flat_weights(model)}
+        sequential = _sequential(algorithm, payload, clients)
+        batched = algorithm.client_update_many(payload, _fresh_generators(clients))
+        for s, b in zip(sequential, batched):
+            _assert_close(s.tensors["delta"], b.tensors["delta"])
