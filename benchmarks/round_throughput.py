@@ -376,7 +376,7 @@ def main(argv=None) -> int:
                              "(a machine without Ray, such as the lent GPU machines)")
     parser.add_argument("--batched-convolutions", choices=("default", "grouped", "products"), default="default",
                         help="how the batched path computes convolutions in this process (--in-process): vmap's "
-                             "grouped convolutions, or unfold + batched matrix products (default: "
+                             "grouped convolutions, or unfold + batched matrix products (default: grouped, "
                              "algorithms.common.batched_training.CONVOLUTIONS_AS_PRODUCTS_ON)")
     parser.add_argument("--json", action="store_true", help="also print one JSON line per workload")
     args = parser.parse_args(argv)

@@ -61,11 +61,11 @@ AUTO_MAX_WORK_CPU = 2_000_000
 
 
 #: The devices on which the batched loop computes convolutions as unfold + batched matrix products
-#: (:class:`_ConvolutionsAsProducts`) instead of the grouped convolutions ``vmap`` makes of them. Measured
-#: (benchmarks/RESULTS.md §1): on the GPU, cuDNN's grouped convolutions made batching no faster than training
-#: the clients in turn; on a CPU the products are slower than the grouped convolutions for all but the smallest
-#: models, and the grouped ones keep the batched results within the CPU tolerance of the tests.
-CONVOLUTIONS_AS_PRODUCTS_ON = frozenset({"cuda"})
+#: (:class:`_ConvolutionsAsProducts`) instead of the grouped convolutions ``vmap`` makes of them: none by default.
+#: Measured (benchmarks/RESULTS.md §1, ``round_throughput --batched-convolutions``): on a CPU the products are slower
+#: for all but the smallest models; on an H200 they were slower at 50 clients (0.94 against 0.65 s/round, cifar_pfl)
+#: and faster at 1,000 (16.6 against 20.3 s per epoch), neither near what the GPU can do.
+CONVOLUTIONS_AS_PRODUCTS_ON: frozenset = frozenset()
 
 
 class BatchingUnsupported(Exception):
@@ -152,8 +152,8 @@ class _ConvolutionsAsProducts:
     """Replaces the forward of a model's ``nn.Conv2d`` modules (plain: zero padding given as numbers, one group)
     while the batched loop runs: ``unfold`` then a matrix product with the weight, the same convolution up to float
     rounding. Under ``vmap`` that product becomes one batched matrix product over the K clients, where ``vmap`` of
-    ``conv2d`` becomes a grouped convolution (K groups), which CPU kernels and cuDNN run far slower than K
-    separate convolutions (benchmarks/RESULTS.md §1)."""
+    ``conv2d`` becomes a grouped convolution (K groups). Off by default (:data:`CONVOLUTIONS_AS_PRODUCTS_ON`):
+    measured, neither way is clearly faster (benchmarks/RESULTS.md §1)."""
 
     def __init__(self, model: nn.Module, enabled: bool = True):
         self.modules = [m for m in model.modules() if type(m) is nn.Conv2d and m.groups == 1

@@ -248,7 +248,8 @@ def test_a_convolution_as_unfold_and_product_is_the_convolution_also_under_vmap(
 
 
 def test_batched_training_with_convolutions_as_products_stays_within_the_tolerance(monkeypatch):
-    """The products (the GPU's default) are also exact enough on the CPU for the cnn and the dropout CNN."""
+    """The products (``round_throughput --batched-convolutions products``) keep the cnn and the dropout CNN within
+    the tolerance."""
     from algorithms.common import batched_training
 
     monkeypatch.setattr(batched_training, "CONVOLUTIONS_AS_PRODUCTS_ON", frozenset({"cpu"}))
