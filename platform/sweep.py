@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Optional
 
+from platform import _tune_fixes
 from platform.cli import add_ray_arguments, connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
 from platform.config import parse_override
 from platform.errors import UserError
@@ -317,6 +318,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     try:
         mode = connect_ray(args.address, args.ray_dashboard)
         _stop_on_sigterm()  # after Ray's start, which installs a SIGTERM handler that aborts the process
+        _tune_fixes.apply()  # a trial handed a dead reused actor is run again (platform/_tune_fixes.py)
         objectives = ", ".join(f"{m} ({d})" for m, d in space.search.objectives)
         selecting = f"Pareto front of {objectives}" if space.search.multi_objective else f"selecting on {objectives}"
         rounds = "rounds per cell" if "rounds" in space.scenarios else f"{base_config.rounds} rounds"

@@ -275,3 +275,36 @@ def _sweep_until(args: list[str], marker: str, signum: int,
             break
     rest, _ = proc.communicate(timeout=240)
     return proc.returncode, "".join(seen) + rest
+
+
+def test_a_trial_handed_a_dead_reused_actor_is_run_again(ray_local, tmp_path):
+    """Ray Tune with reuse_actors (as the sweeps run it) hands a finished trial's cached actor to the next trial; when
+    that actor has died meanwhile (its node lost, its process killed), Tune counted the one failure twice and ended
+    the trial as ERROR without a retry (platform/_tune_fixes.py). With the fix, the trial is run again and
+    completes. Plain Tune, a real process killed with SIGKILL while its actor sits in Tune's cache."""
+    from ray import tune
+
+    from platform import _tune_fixes
+
+    assert _tune_fixes.apply()
+
+    def trainable(config):
+        for step in range(2):
+            tune.report({"value": config["a"] * 10 + step, "pid": os.getpid()})
+
+    class KillTheCachedActor(tune.Callback):
+        killed: list = []
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            if not self.killed:  # Tune caches this trial's actor for the next trial, which it has not handed out yet
+                os.kill(trial.last_result["pid"], signal.SIGKILL)
+                self.killed.append(trial.last_result["pid"])
+
+    tuner = tune.Tuner(trainable, param_space={"a": tune.grid_search([1, 2, 3])},
+                       tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
+                       run_config=tune.RunConfig(storage_path=str(tmp_path), callbacks=[KillTheCachedActor()],
+                                                 failure_config=tune.FailureConfig(max_failures=1), verbose=0))
+    results = tuner.fit()
+    assert KillTheCachedActor.killed
+    assert sorted(r.metrics["value"] for r in results if r.error is None) == [11, 21, 31]
+    assert results.num_errors == 0
