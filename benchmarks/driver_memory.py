@@ -6,6 +6,11 @@ against the number of trials that had ended, with the growth per trial fitted ov
 (after start-up and the first trials' imports).
 
     python -m benchmarks.driver_memory --trials 150
+    python -m benchmarks.driver_memory --trials 500 --bare-tune
+
+``--bare-tune``: the comparison without fedsweep: a plain Ray Tune driver (random search over one float, the same
+trial count, 2 trials at once, ``reuse_actors=True``, a trivial trainable reporting one result), measured the same way,
+so what grows in both is Tune's.
 """
 from __future__ import annotations
 
@@ -36,20 +41,47 @@ def rss_mib(pid: int) -> float:
         return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
 
 
+def bare_tune(trials: int, storage: str) -> int:
+    """The ``--bare-tune`` driver (a child process): plain Tune, a trivial trainable, one line per ended trial."""
+    import ray
+    from ray import tune
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+    def trainable(config):
+        tune.report({"val_accuracy": config["lr"], "round": 1})
+
+    class Ended(tune.Callback):
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            print(f"[{trial.trial_id}] completed", flush=True)
+
+    tuner = tune.Tuner(trainable, param_space={"lr": tune.loguniform(0.001, 0.3)},
+                       tune_config=tune.TuneConfig(num_samples=trials, max_concurrent_trials=2, reuse_actors=True,
+                                                   metric="val_accuracy", mode="max"),
+                       run_config=tune.RunConfig(storage_path=storage, callbacks=[Ended()], verbose=0))
+    tuner.fit()
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.driver_memory", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=150)
+    parser.add_argument("--bare-tune", action="store_true", help="plain Ray Tune instead of platform.sweep")
+    parser.add_argument("--child-storage", help=argparse.SUPPRESS)  # the --bare-tune child process
     args = parser.parse_args(argv)
+    if args.child_storage:
+        return bare_tune(args.trials, args.child_storage)
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "soak.yaml")
         SPACE["search"]["num_samples"] = args.trials
         with open(path, "w") as fh:
             yaml.safe_dump(SPACE, fh)
-        proc = subprocess.Popen([sys.executable, "-m", "platform.sweep", path, "--tracking-uri",
-                                 f"sqlite:///{directory}/mlflow.db", "--storage-path", f"{directory}/tune",
-                                 "--cache-dir", f"{directory}/cache"], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        command = ([sys.executable, "-m", "benchmarks.driver_memory", "--trials", str(args.trials), "--child-storage",
+                    f"{directory}/tune"] if args.bare_tune else
+                   [sys.executable, "-m", "platform.sweep", path, "--tracking-uri", f"sqlite:///{directory}/mlflow.db",
+                    "--storage-path", f"{directory}/tune", "--cache-dir", f"{directory}/cache"])
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         ended, samples, start = [0], [], time.time()
 
         def sample():
@@ -67,7 +99,8 @@ def main(argv=None) -> int:
                 ended[0] += 1
         proc.wait()
         sampler.join(timeout=5)
-    print(f"{args.trials} trials, exit {proc.returncode}, {time.time() - start:.0f} s")
+    print(f"{'bare Ray Tune' if args.bare_tune else 'platform.sweep'}: {args.trials} trials, exit {proc.returncode}, "
+          f"{time.time() - start:.0f} s")
     marks = sorted({int(args.trials * f) for f in (0.1, 0.25, 0.5, 0.75, 1.0)})
     print("trials ended | driver RSS (MiB)")
     for mark in marks:
