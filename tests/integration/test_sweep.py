@@ -193,6 +193,7 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
 
     from mlflow.tracking import MlflowClient
 
+    from platform.cli import _descendants
     from platform.sweep import main
 
     rounds = 40  # many short rounds: the kill after round 2 lands while the trial still runs (batched rounds are fast)
@@ -213,7 +214,9 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
             child = next((r for r in runs if "mlflow.parentRunId" in r.data.tags), None)
             if child is None or len(client.get_metric_history(child.info.run_id, "val_accuracy")) < 2:
                 continue
-            for pid in _processes_titled("ray::ImplicitFunc"):  # the trial's own process (Ray sets its title)
+            # the trial's own process (Ray sets its title), in this test's Ray instance (ray_local: our descendants;
+            # never another run's trials on this machine)
+            for pid in _processes_titled("ray::ImplicitFunc", _descendants(os.getpid())):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
 
