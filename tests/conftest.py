@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -34,8 +35,22 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="session")
+def empty_mlflow_store(tmp_path_factory) -> str:
+    """A new, empty SQLite MLflow store, its schema created once per session by MLflow itself (seconds on a busy
+    2-CPU machine); :func:`tracking_uri` copies it. (A new store's first use by concurrent sweeps is tested on its own:
+    tests/integration/test_concurrent_stores.py.)"""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return str(path)
+
+
 @pytest.fixture
-def tracking_uri(tmp_path):
+def tracking_uri(tmp_path, empty_mlflow_store):
+    """``sqlite:///<tmp_path>/mlflow.db``: a copy of :func:`empty_mlflow_store`, a real store with nothing logged."""
+    shutil.copyfile(empty_mlflow_store, tmp_path / "mlflow.db")
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 

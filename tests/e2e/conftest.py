@@ -1,4 +1,5 @@
-"""A two-node local Ray cluster (`ray start --head` plus one worker node) for the end-to-end tests.
+"""A two-node local Ray cluster (`ray start --head` plus one worker node) for the end-to-end tests: one for the
+whole e2e package, the node-loss test last (it kills the worker node).
 
 The cluster lives in its own temporary directory, and teardown stops only the processes of that cluster (never
 `ray stop`, which would stop every Ray instance on the machine, other test runs included)."""
@@ -40,35 +41,50 @@ def processes_of(temp_dir: str) -> list[int]:
 
 def worker_raylet(temp_dir: str) -> int:
     """The pid of the worker node's raylet."""
-    (pid,) = [pid for pid, cmd in process_cmdlines().items()
-              if "raylet/raylet" in cmd and temp_dir in cmd and WORKER_RESOURCE in cmd]
+    (pid,) = _worker_raylets(temp_dir)
     return pid
 
 
-def stop_processes(pids: list[int]) -> None:
-    """SIGTERM, then after a grace period SIGKILL, each of ``pids`` (the driver's reaper does the same)."""
+def _worker_raylets(temp_dir: str) -> list[int]:
+    return [pid for pid, cmd in process_cmdlines().items()
+            if "raylet/raylet" in cmd and temp_dir in cmd and WORKER_RESOURCE in cmd]
+
+
+def stop_processes(pids: list[int], grace: float = 10.0) -> None:
+    """SIGTERM, then after ``grace`` seconds SIGKILL, each of ``pids`` (the driver's reaper does the same)."""
     from platform import _reaper
 
-    _reaper.stop([(pid, start) for pid in pids if (start := _reaper.start_time(pid)) is not None], grace=10.0)
+    _reaper.stop([(pid, start) for pid in pids if (start := _reaper.start_time(pid)) is not None], grace=grace)
 
 
-@pytest.fixture
-def cluster_env():
-    """Extra environment for the cluster's nodes and drivers (a test module overrides it, e.g. with an S3 endpoint)."""
-    return {}
+def pytest_collection_modifyitems(config, items):
+    """Order the e2e tests around their one cluster (:func:`cluster`, package-scoped): the tests that do not use it
+    first (so it is not idle beside them), then those that use it, and the node-loss test last, since it kills the
+    worker node (the cluster fixture would add a new worker node for a test after it, at the cost of a node start)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    positions = [i for i, item in enumerate(items) if str(item.path).startswith(here + os.sep)]
+
+    def rank(item):
+        if "cluster" not in getattr(item, "fixturenames", ()):
+            return 0
+        return 2 if item.path.name == "test_node_loss.py" else 1
+
+    for position, item in zip(positions, sorted((items[i] for i in positions), key=rank)):  # sorted() is stable
+        items[position] = item
 
 
-@pytest.fixture
-def cluster(cluster_env):
-    """Head plus one worker node on this machine, 1 CPU each; token auth on, as Ray 2.60 does by default. Yields the
-    environment (for `ray` and drivers), the job server's address, the GCS address (``--address`` of a driver) and
-    the cluster's temp dir."""
+@pytest.fixture(scope="package")
+def two_node_cluster(s3_server):
+    """Head plus one worker node on this machine, 1 CPU each, for every e2e test (a cluster start costs tens of seconds
+    on 2 CPUs); token auth on, as Ray 2.60 does by default; every node has the environment that reaches the moto S3
+    server of :func:`tests.conftest.s3_server` (endpoint, test credentials, region). Yields the environment (for `ray`
+    and drivers), the job server's address, the GCS address (``--address`` of a driver) and the cluster's temp dir."""
     import ray
 
     ray.shutdown()  # no driver of ours may hold a local instance while we start a cluster
     # the job's `python` must be this interpreter (the one fedsweep is installed in), as with an active venv
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-    env = {**os.environ, "PATH": path, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0", **cluster_env}
+    env = {**os.environ, "PATH": path, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0", **s3_server["env"]}
     env.pop("RAY_ADDRESS", None)
     token = ray_cli("get-auth-token", "--generate", env=env)  # ray start needs a token; only ray.init() makes one
     assert token.returncode == 0, token.stdout + token.stderr
@@ -79,15 +95,34 @@ def cluster(cluster_env):
                        "--dashboard-host=127.0.0.1", "--num-cpus=1", "--object-store-memory=300000000",
                        f"--temp-dir={temp_dir}", "--disable-usage-stats", env=env)
         assert head.returncode == 0, head.stdout + head.stderr
-        worker = ray_cli("start", f"--address=127.0.0.1:{gcs_port}", "--num-cpus=1",
-                         "--object-store-memory=300000000", f'--resources={{"{WORKER_RESOURCE}": 1}}', env=env)
-        assert worker.returncode == 0, worker.stdout + worker.stderr
-        address = f"http://127.0.0.1:{dashboard_port}"
-        _wait(lambda: _alive_nodes(address, env) == 2, "the worker node did not join")
-        yield {"env": env, "address": address, "gcs_address": f"127.0.0.1:{gcs_port}", "temp_dir": temp_dir}
+        cluster = {"env": env, "address": f"http://127.0.0.1:{dashboard_port}", "gcs_address": f"127.0.0.1:{gcs_port}",
+                   "temp_dir": temp_dir}
+        _start_worker(cluster)
+        yield cluster
     finally:
-        stop_processes(processes_of(temp_dir))
+        # SIGKILL after 3 s: a raylet and its agents linger 10 s and more after SIGTERM, reporting to a GCS that is gone
+        stop_processes(processes_of(temp_dir), grace=3.0)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster(two_node_cluster):
+    """The e2e cluster (:func:`two_node_cluster`) with both nodes alive: if a test lost the worker node (the node-loss
+    test kills its raylet), a new worker node joins first."""
+    if not _worker_raylets(two_node_cluster["temp_dir"]):
+        # the GCS marks the lost node dead after its health checks fail; until then it still counts as alive
+        _wait(lambda: _alive_nodes(two_node_cluster["address"], two_node_cluster["env"]) == 1,
+              "the lost worker node was not marked dead", timeout=180)
+        _start_worker(two_node_cluster)
+    return two_node_cluster
+
+
+def _start_worker(cluster: dict) -> None:
+    """A worker node (1 CPU, the custom resource that names its raylet) joins ``cluster``; waits until it is alive."""
+    worker = ray_cli("start", f"--address={cluster['gcs_address']}", "--num-cpus=1",
+                     "--object-store-memory=300000000", f'--resources={{"{WORKER_RESOURCE}": 1}}', env=cluster["env"])
+    assert worker.returncode == 0, worker.stdout + worker.stderr
+    _wait(lambda: _alive_nodes(cluster["address"], cluster["env"]) == 2, "the worker node did not join")
 
 
 def wait_for_job_agent(cluster: dict, timeout: float = 240) -> None:

@@ -39,12 +39,6 @@ ROUNDS = {"description": "checkpointed trials",
           "resources": {"cpu": 1}}
 
 
-@pytest.fixture
-def cluster_env(s3_server):
-    """Every Ray node reaches the bucket through the standard variables (endpoint, credentials, region)."""
-    return s3_server["env"]
-
-
 def _objects(fs, prefix: str) -> list[str]:
     return [i.path for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
             if i.type == pafs.FileType.File]

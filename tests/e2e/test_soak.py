@@ -14,11 +14,11 @@ pytestmark = pytest.mark.e2e
 TRIALS = 150
 
 
-def test_150_short_trials_each_end_with_one_finished_run(tmp_path):
+def test_150_short_trials_each_end_with_one_finished_run(tracking_uri, tmp_path):
     space = {**SPACE, "search": {**SPACE["search"], "num_samples": TRIALS}}
     path = tmp_path / "soak.yaml"
     path.write_text(yaml.safe_dump(space))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = tracking_uri  # a new store (tmp_path/mlflow.db)
     done = subprocess.run([sys.executable, "-m", "platform.sweep", str(path), "--tracking-uri", uri, "--storage-path",
                            str(tmp_path / "tune"), "--cache-dir", str(tmp_path / "cache"), "--quiet"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)

@@ -191,8 +191,14 @@ def _personal_config(**changes):
                       "model": {"architectures": ["cnn", "mlp"]}, **changes})
 
 
-def test_personalised_method_keeps_state_and_reports_client_metrics(ray_local):
-    history = _run(_personal_config())
+@pytest.fixture(scope="module")
+def personal_history(ray_local):
+    """Every round's metrics of the personalised method on _personal_config(), run once for the tests that read them."""
+    return _run(_personal_config())
+
+
+def test_personalised_method_keeps_state_and_reports_client_metrics(personal_history):
+    history = personal_history
     for m in history:
         assert m["client_val_accuracy_p10"] <= m["client_val_accuracy"] + 1e-12
         assert m["val_accuracy"] == m["client_val_accuracy"]  # no global model: the clients' own scores
@@ -215,9 +221,9 @@ def test_personalised_state_survives_checkpoint_restore_and_a_killed_actor(ray_l
     assert killed == reference
 
 
-def test_state_store_spills_on_the_parameter_server(ray_local):
+def test_state_store_spills_on_the_parameter_server(personal_history):
     """A bound of 0 MB keeps every client's model on the server's disk: the run is still exact."""
-    assert _run(_personal_config(clients={"state_memory_mb": 0.0}), rounds=3) == _run(_personal_config(), rounds=3)
+    assert _run(_personal_config(clients={"state_memory_mb": 0.0}), rounds=3) == personal_history[:3]
 
 
 # --- a DP method on the privacy layer: a sweep over ε changes only the noise ---------------------------------

@@ -22,14 +22,23 @@ def _metrics(config, rounds=None):
         stop_federations(feds)
 
 
-def test_same_config_and_seed_give_identical_metrics(ray_local):
-    config = load_experiment(SMALL)
-    assert _metrics(config) == _metrics(config)
-    assert _metrics(load_experiment({**SMALL, "seed": 1})) != _metrics(config)
+ONE_ACTOR = {**SMALL, "resources": {"cpu": 1, "actors": 1}}
 
 
-def test_pool_size_does_not_change_results(ray_local):
-    one = _metrics(load_experiment({**SMALL, "resources": {"cpu": 1, "actors": 1}}))
+@pytest.fixture(scope="module")
+def one_actor_metrics(ray_local):
+    """The metrics of ONE_ACTOR, run once for the tests that compare other runs with them (a run starts actors)."""
+    return _metrics(load_experiment(ONE_ACTOR))
+
+
+def test_same_config_and_seed_give_identical_metrics(one_actor_metrics):
+    config = load_experiment(ONE_ACTOR)
+    assert _metrics(config) == one_actor_metrics
+    assert _metrics(load_experiment({**ONE_ACTOR, "seed": 1})) != one_actor_metrics
+
+
+def test_pool_size_does_not_change_results(one_actor_metrics):
+    one = one_actor_metrics
     three = _metrics(load_experiment({**SMALL, "resources": {"cpu": 1, "actors": 3}}))
     np.testing.assert_allclose([m["test_loss"] for m in one], [m["test_loss"] for m in three], rtol=1e-4)
 

@@ -75,14 +75,12 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """An empty, initialised SQLite store (so that the server and the sweep never race to create its tables)."""
-    from mlflow.tracking import MlflowClient
-
+def store(tmp_path_factory, empty_mlflow_store):
+    """An empty, initialised SQLite store (so that the server and the sweep never race to create its tables): a copy
+    of the session's new store."""
     root = tmp_path_factory.mktemp("ui_store")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    MlflowClient(tracking_uri=uri).search_experiments()
-    return root, uri
+    shutil.copyfile(empty_mlflow_store, root / "mlflow.db")
+    return root, f"sqlite:///{root / 'mlflow.db'}"
 
 
 @pytest.fixture(scope="module")

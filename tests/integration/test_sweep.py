@@ -71,7 +71,7 @@ def test_failed_trial_is_marked_failed(ray_local, tracking_uri, tmp_path, capsys
     assert statuses == [("FAILED", "failed"), ("FAILED", "failed")]
 
 
-def test_interrupted_sweep_resumes_without_duplicate_rounds(tmp_path):
+def test_interrupted_sweep_resumes_without_duplicate_rounds(tracking_uri, tmp_path):
     """Ctrl-C mid-sweep, then --resume: every run ends FINISHED and no round is logged twice."""
     from tests.conftest import run_cli
 
@@ -128,7 +128,7 @@ def test_trial_stopped_by_asha_is_tagged_with_its_round(ray_local, tracking_uri,
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_late_interrupt_is_reported_as_interrupted(tmp_path, signum):
+def test_a_late_interrupt_is_reported_as_interrupted(tracking_uri, tmp_path, signum):
     """Ctrl-C (or SIGTERM) once every trial has started: exit 130, the resume hint, the parent KILLED with status
     interrupted, and no child run left RUNNING (Tune marks the stopped trials TERMINATED, like finished ones)."""
     space = {**FAST_SPACE, "parameters": {"clients.lr": {"grid": [0.05]}},  # one trial: all have started
@@ -136,7 +136,7 @@ def test_a_late_interrupt_is_reported_as_interrupted(tmp_path, signum):
              "search": {"searcher": "grid", "num_samples": 1, "seeds": [0], "metric": "val_accuracy", "mode": "max"}}
     path = tmp_path / "late.yaml"
     path.write_text(yaml.safe_dump(space))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = tracking_uri
     code, out = _sweep_until([str(path), "--tracking-uri", uri, "--storage-path", str(tmp_path / "tune")],
                              " round 2/300", signum)
     assert code == 130, out[-3000:]
@@ -148,7 +148,7 @@ def test_a_late_interrupt_is_reported_as_interrupted(tmp_path, signum):
     assert [(c.info.status, c.data.tags["status"]) for c in children] == [("KILLED", "interrupted")]
 
 
-def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tmp_path):
+def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tracking_uri, tmp_path):
     """kill -9 of the sweep's driver mid-trial, then --resume: each Tune trial has exactly one child run (a trial
     the restored state did not know continues the run it had), every run ends, and none is left RUNNING."""
     from tests.conftest import run_cli
@@ -193,6 +193,7 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
 
     from mlflow.tracking import MlflowClient
 
+    from platform.cli import _descendants
     from platform.sweep import main
 
     rounds = 40  # many short rounds: the kill after round 2 lands while the trial still runs (batched rounds are fast)
@@ -213,7 +214,9 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
             child = next((r for r in runs if "mlflow.parentRunId" in r.data.tags), None)
             if child is None or len(client.get_metric_history(child.info.run_id, "val_accuracy")) < 2:
                 continue
-            for pid in _processes_titled("ray::ImplicitFunc"):  # the trial's own process (Ray sets its title)
+            # the trial's own process (Ray sets its title), in this test's Ray instance (ray_local: our descendants;
+            # never another run's trials on this machine)
+            for pid in _processes_titled("ray::ImplicitFunc", _descendants(os.getpid())):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
 
@@ -241,7 +244,7 @@ def _running(pid: int) -> bool:
 
 def _resumable_sweep(tmp_path, name: str) -> tuple[str, list[str]]:
     """A 3-trial, 4-round sweep, one trial at a time, checkpointed every 2 rounds, in space ``name``: (tracking URI,
-    the ``platform.sweep`` arguments that run it)."""
+    the ``platform.sweep`` arguments that run it). The store is the test's ``tracking_uri`` (tmp_path/mlflow.db)."""
     space = dict(FAST_SPACE)
     space["base"] = {**FAST_SPACE["base"], "rounds": 4}
     space["search"] = {**FAST_SPACE["search"], "seeds": [0], "checkpoint_every": 2, "max_concurrent_trials": 1}
