@@ -91,9 +91,16 @@ def _joining(address: str | None) -> bool:
     return address != "local" and bool(address or os.environ.get("RAY_ADDRESS") or _running_local_cluster())
 
 
+# What every worker process of a local instance imports before it accepts work (Ray's ``preload_python_modules``):
+# the actors' module, with torch and every method. Ray pre-starts a worker per CPU when the driver connects, so the
+# workers that become the first actors import torch while the driver still imports and checks its config, instead
+# of after it has created them.
+WORKER_PRELOAD = ("platform.runtime.actors",)
+
+
 def _ray_init_options(dashboard: bool) -> dict:
     return dict(address="local", include_dashboard=dashboard, log_to_driver=False, configure_logging=True,
-                logging_level=logging.WARNING)
+                logging_level=logging.WARNING, _system_config={"preload_python_modules": list(WORKER_PRELOAD)})
 
 
 def _start_local_ray(dashboard: bool) -> None:
