@@ -119,6 +119,10 @@ def _start_local_ray(dashboard: bool) -> None:
 def _lean_head():
     """Start a local head node without Ray's API server, autoscaler monitor and log monitor.
 
+    Its dashboard agent also gets a free port for its HTTP server instead of Ray's fixed 52365: on a machine where
+    another Ray instance runs, the agent retried that port for 3.4 s (6 tries with backoff), and the raylet, which
+    waits for its agent, registered that much later.
+
     Ray starts all three on a local ``ray.init`` even without the dashboard, and has no option to leave them out:
     the API server (the dashboard head, here serving only usage statistics) is waited for by ``ray.init`` (it imports
     aiohttp, opentelemetry and pydantic, as does ``ray.init``'s own check of the dashboard's dependencies: about
@@ -138,6 +142,8 @@ def _lean_head():
             ray_params.no_monitor = True
             if ray_params.include_log_monitor is None:
                 ray_params.include_log_monitor = False
+        if head and getattr(ray_params, "dashboard_agent_listen_port", None) == _RAY_AGENT_PORT:
+            ray_params.dashboard_agent_listen_port = _free_port()
         original_init(self, ray_params, head, *args, **kwargs)
 
     def start_api_server(self, *args, **kwargs):
@@ -148,6 +154,18 @@ def _lean_head():
         yield
     finally:
         ray_node.Node.__init__, ray_node.Node.start_api_server = original_init, original_api
+
+
+_RAY_AGENT_PORT = 52365  # ray_constants.DEFAULT_DASHBOARD_AGENT_LISTEN_PORT
+
+
+def _free_port() -> int:
+    """A TCP port free on this host now (the kernel's choice)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
 
 
 class EarlyRay:
