@@ -10,8 +10,10 @@ lr 0.05, the ``cnn``, 20 rounds. Two commands alternate ``--repeats`` times:
     SQLite store, as on a first run): Ray starts, client actors and a parameter server, one MLflow run.
 
 With ``--baseline DIR`` (a checkout of an earlier commit, e.g. a git worktree), a third command alternates with
-them: (b) run from DIR's code (DIR first on ``PYTHONPATH``, which Ray's workers inherit), so a change is measured
-against its baseline under the same load. It prints the median whole-process wall time of each, their ratio (goal: ≤ 1.5), and the median of each start-up
+them: (b) run from DIR's code (DIR first on ``PYTHONPATH``, which Ray's workers inherit; the ``algorithms`` package
+still comes from the installed checkout), so a change is measured against its baseline under the same load.
+
+It prints the median whole-process wall time of each, their ratio (goal: ≤ 1.5), and the median of each start-up
 step that ``--profile`` prints (process start to the end of round 1). ``other load`` is the average number of cores
 other processes used (the machine is shared): figures taken with other load well above 0 are not comparable.
 """

@@ -336,7 +336,8 @@ def _mlflow_sweep_callback_class():
         def __init__(self, tracker: Tracker, parent_run_id: str, space, total_rounds: int, num_samples: int,
                      quiet: bool = False, shared=None, cell: Optional[dict] = None, study=None):
             self.tracker = tracker
-            self.study = study  # a platform.optuna_store.StudyRecorder: every ended trial goes into the persistent study
+            # a platform.optuna_store.StudyRecorder: every ended trial goes into the persistent study
+            self.study = study
             # A scenario cell's study (``space`` is then the cell's space): {"number": 1-based, "cells": how many,
             # "label": "key=value, ...", "sampler_seed": int}; its child runs are tagged with it.
             self.cell = cell
@@ -429,7 +430,8 @@ def _mlflow_sweep_callback_class():
                              TAG_SAMPLER_SEED: str(cell["sampler_seed"])})
             name = trial_run_name(params, self.space.parameters, cell.get("values") if cell else None)
             run_id = self.tracker.start_run(name=name, tags=tags, parent_run_id=self.parent_run_id)
-            # A conditional parameter whose ``when`` does not hold was not drawn: its config value is unused, not logged.
+            # A conditional parameter whose ``when`` does not hold was not drawn: its config value is unused, not
+            # logged.
             flat = {k: v for k, v in resolved.flat().items() if k in params or k not in self.space.parameters}
             flat[PARAM_SEEDS] = self.space.seeds
             self.tracker.log_params(run_id, flat)
@@ -471,7 +473,8 @@ def _mlflow_sweep_callback_class():
                 self._say(f"{self._label(trial)} round {step}/{self.total_rounds}  {metric} {value:.4f}{std}")
 
         def _round_objectives(self, trial, step: int, metrics: dict) -> None:
-            """Multi-objective: track each objective's best so far (``best`` holds a dict per trial) and print them all."""
+            """Multi-objective: track each objective's best so far (``best`` holds a dict per trial) and print them
+            all."""
             best = self.best.setdefault(trial.trial_id, {})
             shown = []
             for metric, mode in self.space.search.objectives:
@@ -513,7 +516,8 @@ def _mlflow_sweep_callback_class():
             final = "".join(f"  {m} {last[m]:.4f}" for m in self.space.search.metrics if m in last)
             self._say(f"{self._label(trial)} {status}{final}")
             # An ended trial's round figures are in MLflow and the study now: keep only its run's identity, so the
-            # callback (and Tune's saved experiment state) grows by a few ids per trial, not by every metric it reported.
+            # callback (and Tune's saved experiment state) grows by a few ids per trial, not by every metric it
+            # reported.
             self.last[trial.trial_id] = {"round": last.get("round", 0)}
             self.history.pop(trial.trial_id, None)
             self.best.pop(trial.trial_id, None)
