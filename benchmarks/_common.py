@@ -36,13 +36,21 @@ def machine_line() -> str:
 
 
 @contextlib.contextmanager
-def local_ray(num_cpus: int = 2, object_store_mib: Optional[int] = None):
-    """A fresh local Ray instance (as the tests and ``platform.run`` start one), shut down afterwards."""
+def local_ray(num_cpus: int = 2, object_store_mib: Optional[int] = None, as_platform: bool = False):
+    """A fresh local Ray instance (as the tests start one; with ``as_platform``, as ``platform.run`` and
+    ``platform.sweep`` start theirs: workers preloading the actors' module, no API server, monitor or log monitor, see
+    ``platform.cli._lean_head``), shut down afterwards."""
     import ray
 
     kwargs = {"object_store_memory": object_store_mib * 1024 ** 2} if object_store_mib else {}
-    ray.init(address="local", num_cpus=num_cpus, log_to_driver=False, include_dashboard=False, configure_logging=False,
-             **kwargs)
+    if as_platform:
+        from platform.cli import _lean_head, _ray_init_options
+
+        with _lean_head():
+            ray.init(**{**_ray_init_options(False), "num_cpus": num_cpus, "configure_logging": False, **kwargs})
+    else:
+        ray.init(address="local", num_cpus=num_cpus, log_to_driver=False, include_dashboard=False,
+                 configure_logging=False, **kwargs)
     try:
         yield ray
     finally:

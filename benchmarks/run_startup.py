@@ -1,6 +1,6 @@
 """A single run's whole-process wall time against a plain PyTorch script doing the same rounds (issue 19).
 
-    python -m benchmarks.run_startup [--repeats 3] [--rounds 20] [--quiet-wait 60]
+    python -m benchmarks.run_startup [--repeats 3] [--rounds 20] [--quiet-wait 60] [--baseline DIR]
 
 The workload, as a new user runs it: FedAvg on the embedded digits, IID over 10 clients, all 10 per round, batch 16,
 lr 0.05, the ``cnn``, 20 rounds. Two commands alternate ``--repeats`` times:
@@ -8,6 +8,10 @@ lr 0.05, the ``cnn``, 20 rounds. Two commands alternate ``--repeats`` times:
 (a) ``python benchmarks/plain_fedavg.py``: the plain script (torch and scikit-learn only, one process);
 (b) ``python -m platform.run <that config> --profile`` with MLflow on, each time in a fresh results home (a new
     SQLite store, as on a first run): Ray starts, client actors and a parameter server, one MLflow run.
+
+With ``--baseline DIR`` (a checkout of an earlier commit, e.g. a git worktree), a third command alternates with
+them: (b) run from DIR's code (DIR first on ``PYTHONPATH``, which Ray's workers inherit; the ``algorithms`` package
+still comes from the installed checkout), so a change is measured against its baseline under the same load.
 
 It prints the median whole-process wall time of each, their ratio (goal: ≤ 1.5), and the median of each start-up
 step that ``--profile`` prints (process start to the end of round 1). ``other load`` is the average number of cores
@@ -56,9 +60,10 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--quiet-wait", type=float, default=60.0,
                         help="wait up to this many seconds for the machine to be quiet before measuring")
+    parser.add_argument("--baseline", help="also time platform.run from this checkout (PYTHONPATH), alternating")
     args = parser.parse_args(argv)
     wait_for_quiet(timeout=args.quiet_wait)
-    plain, platform_walls, steps = [], [], []
+    plain, platform_walls, steps, base_walls, base_steps = [], [], [], [], []
     with tempfile.TemporaryDirectory() as directory, ForeignLoad() as load:
         path = os.path.join(directory, "startup_w1.yaml")
         with open(path, "w") as fh:
@@ -72,16 +77,29 @@ def main(argv=None) -> int:
                                  {**env, "FEDSWEEP_HOME": home})
             platform_walls.append(seconds)
             steps.append(startup_steps(out))
-            print(f"  repeat {i + 1}/{args.repeats}: plain {plain[-1]:.1f} s, platform.run {seconds:.1f} s",
-                  file=sys.stderr, flush=True)
+            if args.baseline:
+                base_env = {**env, "FEDSWEEP_HOME": home + "-baseline",
+                            "PYTHONPATH": os.pathsep.join(p for p in (os.path.abspath(args.baseline),
+                                                                      env.get("PYTHONPATH")) if p)}
+                base_seconds, out = timed([sys.executable, "-m", "platform.run", path, "--profile"], base_env)
+                base_walls.append(base_seconds)
+                base_steps.append(startup_steps(out))
+            print(f"  repeat {i + 1}/{args.repeats}: plain {plain[-1]:.1f} s, platform.run {seconds:.1f} s"
+                  + (f", baseline {base_walls[-1]:.1f} s" if base_walls else ""), file=sys.stderr, flush=True)
     print(table(["command", "median wall s", "runs"],
                 [["plain PyTorch script", f"{median(plain):.2f}", ", ".join(f"{s:.1f}" for s in plain)],
                  ["python -m platform.run --profile", f"{median(platform_walls):.2f}",
-                  ", ".join(f"{s:.1f}" for s in platform_walls)]]))
-    print(f"\nratio platform / plain: {median(platform_walls) / median(plain):.2f} (goal ≤ 1.5); other load {load}\n")
-    names = list(steps[0])
-    print(table(["start-up step (platform.run)", "median s"],
-                [[name, f"{median([s.get(name, 0.0) for s in steps]):.2f}"] for name in names]))
+                  ", ".join(f"{s:.1f}" for s in platform_walls)]]
+                + ([["baseline platform.run --profile", f"{median(base_walls):.2f}",
+                     ", ".join(f"{s:.1f}" for s in base_walls)]] if base_walls else [])))
+    print(f"\nratio platform / plain: {median(platform_walls) / median(plain):.2f} (goal ≤ 1.5)"
+          + (f"; baseline / plain: {median(base_walls) / median(plain):.2f}" if base_walls else "")
+          + f"; other load {load}\n")
+    names = list(dict.fromkeys([*(base_steps[0] if base_steps else []), *steps[0]]))
+    print(table(["start-up step (platform.run)", "median s"] + (["baseline"] if base_steps else []),
+                [[name, f"{median([s.get(name, 0.0) for s in steps]):.2f}"]
+                 + ([f"{median([s.get(name, 0.0) for s in base_steps]):.2f}"] if base_steps else [])
+                 for name in names]))
     return 0
 
 

@@ -135,12 +135,13 @@ def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str,
     return driver_marks, results
 
 
-def measure(case: str, trials: int, cpus: int, quiet_wait: float, mlflow: bool = True) -> dict:
+def measure(case: str, trials: int, cpus: int, quiet_wait: float, mlflow: bool = True,
+            as_platform: bool = True) -> dict:
     from platform.config import parse_override  # noqa: F401
     from platform.search_space import load_search_space
 
     spec = CASES[case]
-    with tempfile.TemporaryDirectory(prefix="fedsweep-startup-") as tmp, local_ray(cpus):
+    with tempfile.TemporaryDirectory(prefix="fedsweep-startup-") as tmp, local_ray(cpus, as_platform=as_platform):
         os.environ["FEDSWEEP_HOME"] = tmp
         cache_root = os.path.join(tmp, "cache")
         storage = os.path.join(tmp, "ray_results")
@@ -197,6 +198,9 @@ def main(argv=None) -> int:
                         help="leave out platform.sweep's MLflow callback (it logs each trial's params and partition "
                              "summary in the driver when the trial starts)")
     parser.add_argument("--json", action="store_true", help="also print one JSON line per case")
+    parser.add_argument("--plain-ray", action="store_true",
+                        help="start Ray with plain ray.init (as before issue 19) instead of as platform.sweep starts "
+                             "its local instance (workers preloading the actors' module, a lean head)")
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
@@ -209,7 +213,8 @@ def main(argv=None) -> int:
     results = []
     for case in cases:
         print(f"... {case}", file=sys.stderr, flush=True)
-        results.append(measure(case, args.trials, args.cpus, args.quiet_wait, not args.no_mlflow))
+        results.append(measure(case, args.trials, args.cpus, args.quiet_wait, not args.no_mlflow,
+                               as_platform=not args.plain_ray))
         if args.json:
             print(json.dumps(results[-1]), flush=True)
     print(render(results))

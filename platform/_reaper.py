@@ -1,15 +1,18 @@
 """Stops the local Ray cluster a driver started, once that driver has gone, however it went (kill -9 included).
 
-Run by :func:`platform.cli.connect_ray` as ``python -S platform/_reaper.py PID:START ...`` with a pipe from the
-driver on stdin; standard library only, so it starts in milliseconds and never imports our ``platform``. It blocks
-until the pipe closes (the driver exited: the kernel closes its end), then sends SIGTERM, and after a grace period
-SIGKILL, to every listed process still alive. ``START`` is the process's start time (``/proc/PID/stat`` field 22), so
-a reused pid is never signalled.
+Run by :func:`platform.cli.connect_ray` as ``python -S platform/_reaper.py [PID:START ...]`` with a pipe from the
+driver on stdin; standard library only, so it starts in milliseconds and never imports our ``platform``. The driver
+may write more ``PID:START`` lines to the pipe at any time (it does once Ray is up, and again just before it exits).
+The reaper blocks until the pipe closes (the driver exited: the kernel closes its end), then sends SIGTERM, and
+after a grace period SIGKILL, to every listed process still alive. ``START`` is the process's start time
+(``/proc/PID/stat`` field 22), so a reused pid is never signalled.
 
 Why: after a kill -9 of the driver, Ray's GCS and raylet die at once, but its dashboard and runtime-env agents try
 to report the raylet's death to the dead GCS with a hard-coded 60 s timeout (``ray._private.utils.
-publish_error_to_driver``) and linger that long. On a normal exit ``ray.shutdown`` has already stopped everything
-and this finds nothing to do.
+publish_error_to_driver``) and linger that long. A command that ends normally also leaves its local instance to
+this process instead of ``ray.shutdown`` (``platform.cli.exit_command``: seconds saved at every exit), and a
+command that refuses its input while Ray is still starting (Ray starts in the background while the config is
+checked) leaves the half-started instance here.
 """
 import os
 import signal
@@ -49,14 +52,33 @@ def stop(processes, grace: float = GRACE_S) -> None:
             return
 
 
+def parse(text: str):
+    """``PID:START`` items (whitespace-separated) as (pid, start) pairs; anything else is skipped."""
+    found = []
+    for item in text.split():
+        try:
+            pid, start = (int(part) for part in item.split(":"))
+        except ValueError:
+            continue
+        found.append((pid, start))
+    return found
+
+
 def main(argv) -> int:
-    processes = [tuple(int(part) for part in arg.split(":")) for arg in argv]
+    processes = dict.fromkeys(parse(" ".join(argv)))
+    pending = b""
     try:
-        while os.read(0, 4096):  # the driver never writes: this returns b"" once it has exited
-            pass
+        while True:  # the driver writes PID:START lines; b"" once it has exited
+            chunk = os.read(0, 4096)
+            if not chunk:
+                break
+            pending += chunk
+            complete, _, pending = pending.rpartition(b"\n")
+            processes.update(dict.fromkeys(parse(complete.decode("ascii", "replace"))))
     except OSError:
         pass
-    stop(processes)
+    processes.update(dict.fromkeys(parse(pending.decode("ascii", "replace"))))
+    stop(list(processes))
     return 0
 
 

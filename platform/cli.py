@@ -1,10 +1,12 @@
 """What the command-line entry points share: error reporting, Ray connection, quiet logging."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import sys
+import threading
 from typing import Callable, Optional
 
 from platform.errors import UserError
@@ -56,6 +58,9 @@ def quiet_libraries() -> None:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     for name in ("ray", "ray.tune", "ray.train", "mlflow", "alembic", "optuna"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # ray.init's notice that a new local instance uses token authentication (Ray's default): not a warning about
+    # anything the user did, and a command that refuses its input while Ray starts prints one line only.
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
 
 
 def leave_ray_job_working_dir(home: str) -> None:
@@ -81,22 +86,208 @@ def add_ray_arguments(parser) -> None:
                              "costs seconds of start-up and a dozen processes (a cluster keeps its own)")
 
 
-def connect_ray(address: str | None = None, dashboard: bool = False) -> str:
-    """Join the cluster we run in (``ray job submit``, RAY_ADDRESS, or a local ``ray start``), else start one (with
-    Ray's dashboard only if ``dashboard``)."""
+def _joining(address: str | None) -> bool:
+    """True if ``connect_ray`` would join an existing cluster rather than start a new local instance."""
+    return address != "local" and bool(address or os.environ.get("RAY_ADDRESS") or _running_local_cluster())
+
+
+# What every worker process of a local instance imports before it accepts work (Ray's ``preload_python_modules``):
+# the actors' module, with torch and every method. Ray pre-starts a worker per CPU when the driver connects, so the
+# workers that become the first actors import torch while the driver still imports and checks its config, instead
+# of after it has created them.
+WORKER_PRELOAD = ("platform.runtime.actors",)
+
+
+def _ray_init_options(dashboard: bool) -> dict:
+    return dict(address="local", include_dashboard=dashboard, log_to_driver=False, configure_logging=True,
+                logging_level=logging.WARNING, _system_config={"preload_python_modules": list(WORKER_PRELOAD)})
+
+
+def _start_local_ray(dashboard: bool) -> None:
+    """``ray.init`` of a new local instance; without the dashboard, also without the three Ray processes a local
+    run never uses (:func:`_lean_head`)."""
     import ray
 
+    if dashboard:
+        ray.init(**_ray_init_options(dashboard))
+        return
+    with _lean_head():
+        ray.init(**_ray_init_options(dashboard))
+
+
+@contextlib.contextmanager
+def _lean_head():
+    """Start a local head node without Ray's API server, autoscaler monitor and log monitor.
+
+    Its dashboard agent also gets a free port for its HTTP server instead of Ray's fixed 52365: on a machine where
+    another Ray instance runs, the agent retried that port for 3.4 s (6 tries with backoff), and the raylet, which
+    waits for its agent, registered that much later.
+
+    Ray starts all three on a local ``ray.init`` even without the dashboard, and has no option to leave them out:
+    the API server (the dashboard head, here serving only usage statistics) is waited for by ``ray.init`` (it imports
+    aiohttp, opentelemetry and pydantic, as does ``ray.init``'s own check of the dashboard's dependencies: about
+    2 s of CPU on the critical path on 2 cores), the monitor only reports a single node's load for ``ray status``,
+    and the log monitor forwards worker output to drivers, which ours turn off (``log_to_driver=False``). Node's
+    two methods are patched while the node starts; with another Ray (no such methods) nothing is changed."""
+    try:
+        from ray._private import node as ray_node
+
+        original_init, original_api = ray_node.Node.__init__, ray_node.Node.start_api_server
+    except (ImportError, AttributeError):
+        yield
+        return
+
+    def __init__(self, ray_params, head=False, *args, **kwargs):
+        if head and hasattr(ray_params, "no_monitor") and hasattr(ray_params, "include_log_monitor"):
+            ray_params.no_monitor = True
+            if ray_params.include_log_monitor is None:
+                ray_params.include_log_monitor = False
+        if head and getattr(ray_params, "dashboard_agent_listen_port", None) == _RAY_AGENT_PORT:
+            ray_params.dashboard_agent_listen_port = _free_port()
+        original_init(self, ray_params, head, *args, **kwargs)
+
+    def start_api_server(self, *args, **kwargs):
+        self._webui_url = None  # as when Ray's API server fails to start
+
+    ray_node.Node.__init__, ray_node.Node.start_api_server = __init__, start_api_server
+    try:
+        yield
+    finally:
+        ray_node.Node.__init__, ray_node.Node.start_api_server = original_init, original_api
+
+
+_RAY_AGENT_PORT = 52365  # ray_constants.DEFAULT_DASHBOARD_AGENT_LISTEN_PORT
+
+
+def _free_port() -> int:
+    """A TCP port free on this host now (the kernel's choice)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
+
+
+class EarlyRay:
+    """A new local Ray instance starting in a background thread while the command imports torch and checks its
+    input (Ray's start, about 4 s on 2 cores, is mostly waiting for its processes: it overlaps the driver's imports).
+
+    The thread stays alive, blocked, for the life of the process: Ray starts its GCS and raylet with
+    ``PR_SET_PDEATHSIG``, which fires when the *thread* that started them ends, not the process. The reaper
+    (``platform/_reaper.py``) starts before ``ray.init``, so a command that refuses its input and exits while Ray is
+    still starting (:func:`exit_command`) leaves nothing running."""
+
+    def __init__(self, dashboard: bool):
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._start, args=(dashboard,), name="start-ray", daemon=True)
+        self.thread.start()
+
+    def _start(self, dashboard: bool) -> None:
+        try:
+            _start_reaper()
+            import ray
+
+            logging.getLogger("ray._private.worker").addFilter(_NotMainThreadWarning())
+            _start_local_ray(dashboard)
+            tell_reaper()
+        except BaseException as err:  # noqa: BLE001 - raised in the main thread by wait()
+            self.error = err
+        finally:
+            self.done.set()
+        threading.Event().wait()  # never returns: see the class docstring
+
+    def wait(self) -> None:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+
+
+class _NotMainThreadWarning(logging.Filter):
+    """Drops ray.init's warning that it set no SIGTERM handler off the main thread (start_ray_early sets one)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+_EARLY: list[EarlyRay] = []
+
+
+def start_ray_early(address: str | None = None, dashboard: bool = False) -> EarlyRay | None:
+    """Start the new local Ray instance that :func:`connect_ray` would start, now, in the background (see
+    :class:`EarlyRay`); None when the command joins a cluster (``ray job submit``, RAY_ADDRESS, a local ``ray start``:
+    there everything must be imported before the driver connects, see platform.sweep) or Ray is already up.
+
+    Only for a command's own process (``main`` called with ``argv=None``): a bad input found while Ray starts ends the
+    process at once through :func:`exit_command`, and the reaper stops what Ray had started."""
+    if _EARLY:
+        return _EARLY[0]
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        return None
+    if _joining(address):
+        return None
+    import signal
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)  # what ray.init sets on the main thread
+    _EARLY.append(EarlyRay(dashboard))
+    return _EARLY[0]
+
+
+def _exit_on_sigterm(signum, frame):
+    sys.exit(signum)
+
+
+def connect_ray(address: str | None = None, dashboard: bool = False) -> str:
+    """Join the cluster we run in (``ray job submit``, RAY_ADDRESS, or a local ``ray start``), else start one (with
+    Ray's dashboard only if ``dashboard``), or wait for the one :func:`start_ray_early` is starting."""
+    import ray
+
+    if _EARLY:
+        _EARLY[0].wait()
+        return "local"
     if ray.is_initialized():
         return "existing"
-    joining = address != "local" and bool(address or os.environ.get("RAY_ADDRESS") or _running_local_cluster())
-    options = {} if joining else {"include_dashboard": dashboard}
-    if not joining:
-        address = "local"  # a new instance: never a cluster address a dead `ray start` left behind
-    ray.init(address=address, log_to_driver=False, configure_logging=True, logging_level=logging.WARNING, **options)
-    if joining:
+    if _joining(address):
+        ray.init(address=address, log_to_driver=False, configure_logging=True, logging_level=logging.WARNING)
         return "connected"
-    reap_local_ray_on_exit()
+    _start_reaper()
+    _start_local_ray(dashboard)  # a new instance: never a cluster address a dead `ray start` left behind
+    tell_reaper()
     return "local"
+
+
+def run_command(main: Callable[[list[str] | None], int]) -> None:
+    """``if __name__ == "__main__"`` of a command: run ``main()`` (arguments from sys.argv) and end the process through
+    :func:`exit_command`, also after an unexpected exception (its traceback printed, exit code 1)."""
+    try:
+        code = main()
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if stop.code is not None and not isinstance(stop.code, int):
+            print(stop.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - reported as the interpreter would, then the same fast exit
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    exit_command(code)
+
+
+def exit_command(code: int) -> None:
+    """End a command's process with ``code``. With a local Ray instance this process started, leave it to the reaper
+    (told every live descendant first) instead of ``ray.shutdown`` and the interpreter's teardown: seconds at every
+    exit. Whatever must outlive the process (MLflow runs closed, files written) is done before this is called."""
+    if not _REAPER:
+        sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    logging.shutdown()
+    tell_reaper()
+    os._exit(code)
 
 
 def _running_local_cluster() -> bool:
@@ -135,24 +326,37 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def reap_local_ray_on_exit() -> None:
-    """Start the watcher (``platform/_reaper.py``) that stops the local Ray cluster this process just started once
-    this process has exited, even by kill -9: without it Ray's agents linger 60 s (see that module)."""
+_REAPER: dict = {}  # the reaper of the local instance this process started: "pipe" (write end), "pid"
+
+
+def _start_reaper() -> None:
+    """Start the watcher (``platform/_reaper.py``) that stops the local Ray cluster this process starts once this
+    process has exited, even by kill -9: without it Ray's agents linger 60 s (see that module). It stops the
+    processes :func:`tell_reaper` lists."""
+    if _REAPER:
+        return
     import subprocess
 
     from platform import _reaper
 
-    processes = [f"{pid}:{start}" for pid in _descendants(os.getpid())
-                 if (start := _reaper.start_time(pid)) is not None]
-    if not processes:
-        return
     read_end, write_end = os.pipe()  # not inheritable: only this process holds the write end
     try:
-        subprocess.Popen([sys.executable, "-S", _reaper.__file__, *processes], stdin=read_end,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        reaper = subprocess.Popen([sys.executable, "-S", _reaper.__file__], stdin=read_end, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
     finally:
         os.close(read_end)
-    _REAPER_PIPE.append(write_end)  # kept open for the life of this process
+    _REAPER.update(pipe=write_end, pid=reaper.pid)  # the write end stays open for the life of this process
 
 
-_REAPER_PIPE: list[int] = []
+def tell_reaper() -> None:
+    """Hand every live descendant of this process (Ray's processes, actor workers included) to the reaper."""
+    if not _REAPER:
+        return
+    from platform import _reaper
+
+    lines = "".join(f"{pid}:{start}\n" for pid in _descendants(os.getpid())
+                    if pid != _REAPER["pid"] and (start := _reaper.start_time(pid)) is not None)
+    try:
+        os.write(_REAPER["pipe"], lines.encode("ascii"))
+    except OSError:
+        pass

@@ -11,8 +11,9 @@ import threading
 import time
 from typing import Optional
 
-from platform.cli import add_ray_arguments, connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
-from platform.config import apply_overrides, build_experiment, load_yaml, parse_override
+# Light imports only (no torch): a command starts Ray before it imports the rest (platform.cli.start_ray_early).
+from platform.cli import (add_ray_arguments, connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries,
+                          run_command, start_ray_early)
 from platform.errors import UserError
 from platform.run_schema import (METRIC_FINAL, RESULT_ARRAYS, RESULT_CLIENT_PATHS, STATUS_COMPLETED, STATUS_FAILED,
                                  STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND, TAG_GIT_COMMIT, TAG_STATUS)
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 def resolve_config(target: str, overrides: list[str]):
     """(config, experiment name) for an experiment YAML, a search-space YAML (its base config) or a search-space
     name. A file is a search space when it has a ``base`` section."""
+    from platform.config import apply_overrides, build_experiment, load_yaml, parse_override
     from platform.search_space import find_search_space
 
     if os.path.isfile(target):
@@ -147,8 +149,10 @@ _IMPORTED = time.perf_counter()
 def main(argv=None) -> int:
     clock = StartupClock()
     args = build_parser().parse_args(argv)
-    config, experiment = resolve_config(args.config, args.overrides)
     quiet_libraries()
+    if argv is None:  # this process is the command: a new local Ray starts while torch is imported and the config
+        start_ray_early(args.address, args.ray_dashboard)  # checked; a bad config still ends it at once (exit 2)
+    config, experiment = resolve_config(args.config, args.overrides)
     # Everything is imported before Ray connects (under ``ray job submit`` the working directory stops being
     # importable once the driver joins the cluster; see platform.sweep).
     import platform.cache  # noqa: F401
@@ -295,4 +299,4 @@ def _run_rounds(federations, config, args, tracker, run_id, clock: Optional[Star
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

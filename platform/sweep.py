@@ -21,8 +21,8 @@ import time
 from typing import Optional
 
 from platform import _tune_fixes
-from platform.cli import add_ray_arguments, connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries
-from platform.config import parse_override
+from platform.cli import (add_ray_arguments, connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries,
+                          run_command, start_ray_early)
 from platform.errors import UserError
 from platform.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTIFACT_PARETO_PNG,
                                  ARTIFACT_SCENARIO_FRONTS_CSV, ARTIFACT_SCENARIOS_CSV, ARTIFACT_SCENARIOS_JSON,
@@ -32,7 +32,8 @@ from platform.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTI
                                  STATUS_INTERRUPTED, STATUS_RUNNING, TAG_BEST_PREFIX, TAG_COMMAND, TAG_DESCRIPTION,
                                  TAG_DRIVER, TAG_GIT_COMMIT, TAG_NOTE, TAG_OPTUNA_STORAGE, TAG_PARENT_RUN,
                                  TAG_SEARCH_SPACE, TAG_STATUS)
-from platform.search_space import available_search_spaces, cell_label, grid_points, load_search_space
+# platform.config and platform.search_space (torch, through the algorithms) are imported where used: a command starts
+# Ray before it imports them (platform.cli.start_ray_early).
 
 STATE_FILE = "fedsweep_sweep.json"  # in the Tune experiment directory: links it to its MLflow parent run
 
@@ -241,15 +242,25 @@ def main(argv=None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.invocation = None  # set once the flags are final (after --resume restored them)
     if args.list:
+        from platform.search_space import available_search_spaces
+
         print("\n".join(available_search_spaces()))
         return 0
     if args.repair:
         return _repair(args)
     resume_dir = _resolve_resume(args) if args.resume else None
+    if argv is None and args.name:  # this process is the command (flags final): a new local Ray starts while torch is
+        quiet_libraries()  # imported and the space checked; a refused input still ends it at once (exit 2, one line)
+        start_ray_early(args.address, args.ray_dashboard)
     if not args.name:
+        from platform.search_space import available_search_spaces
+
         raise UserError(f"name a search space; available: {', '.join(available_search_spaces())}")
     if args.num_samples is not None and args.num_samples < 1:
         raise UserError(f"--num-samples: must be >= 1, got {args.num_samples}")
+    from platform.config import parse_override
+    from platform.search_space import load_search_space
+
     overrides = dict(parse_override(o) for o in args.overrides)
     args.invocation = _invocation(args)
     # Everything is validated before anything is written: MLflow, Tune storage, Ray.
@@ -416,6 +427,8 @@ def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
 
 def _expected_trials(space) -> int:
     """Trials the sweep runs: ``num_samples`` (grid: times the grid); with scenarios, summed over the cells."""
+    from platform.search_space import grid_points
+
     if space.scenarios:
         return sum(_expected_trials(space.cell_space(i)) for i in range(len(space.cells())))
     return space.search.num_samples * (len(grid_points(space)) if space.search.searcher == "grid" else 1)
@@ -448,6 +461,8 @@ def _new_tuner(trainable, space, base_config, storage, name, callback, parent_ru
 def _tuner(trainable, space, base_config, storage, name, callback):
     """A new Tuner for ``space`` (a sweep without scenarios, or one scenario cell) in ``storage``/``name``."""
     from ray import tune
+
+    from platform.search_space import grid_points
 
     from platform.storage import tune_storage
 
@@ -789,6 +804,8 @@ def _write_state(directory: str, state: dict) -> None:
 
 def _check_resumable(resume_dir: str, space) -> None:
     """--resume needs the interrupted run to have the same scenario cells as the space has now (one line if not)."""
+    from platform.search_space import cell_label
+
     recorded = _read_state(resume_dir).get("scenarios")
     current = [cell_label(c) for c in space.cells()] if space.scenarios else None
     if recorded != current:
@@ -831,6 +848,7 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
     from ray import tune
 
     from platform.optuna_store import StudyRecorder
+    from platform.search_space import cell_label
     from platform.pretrain import prepare_pretrained, sweep_pretrain_configs
     from platform.runtime.federation import share_dataset
     from platform.storage import tune_storage
@@ -1060,4 +1078,4 @@ def _figure(value) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

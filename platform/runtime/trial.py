@@ -11,7 +11,6 @@ import tempfile
 
 import numpy as np
 import ray
-from ray import tune
 
 from algorithms.base import CLIENT_EVALUATION_METRICS, STANDARD_METRICS
 
@@ -142,6 +141,8 @@ def _run_trial(federations: list[Federation], config, one_round: bool, checkpoin
                numeric: tuple[str, ...]) -> None:
     """Run the trial's rounds, reporting each to Tune with only the ``numeric`` keys as numbers (see
     ``run_schema.tune_result``)."""
+    from ray import tune  # here, not at the top: platform.run drives federations without Tune
+
     if one_round:
         tune.report(tune_result(run_one_round(federations, open_cache(cache_root, use_cache), per_seed_metrics),
                                 numeric))
