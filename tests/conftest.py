@@ -54,6 +54,15 @@ def tracking_uri(tmp_path, empty_mlflow_store):
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
+def process_running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def process_cmdlines(pids=None) -> dict[int, str]:
     """Command lines (arguments joined by spaces; Ray's processes show their title) of ``pids``, else of every process
     on this machine, read from /proc; processes that are gone are left out."""

@@ -9,20 +9,13 @@ import time
 
 import yaml
 
-from tests.conftest import REPO_ROOT, mlflow_runs, process_cmdlines
+from tests.conftest import REPO_ROOT, mlflow_runs, process_cmdlines, process_running
 
 TINY = {"dataset": {"name": "digits"}, "partition": {"kind": "iid"}, "model": {"name": "cnn"},
         "algorithm": {"name": "fedavg"},
         "clients": {"num_clients": 4, "clients_per_round": 4, "local_epochs": 1, "batch_size": 16, "lr": 0.05},
         "rounds": 2, "seed": 0}
 
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _run_watched(args: list[str], cwd: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, set[int]]:
@@ -49,9 +42,9 @@ def _run_watched(args: list[str], cwd: str, env: dict | None = None) -> tuple[su
 
 def _all_gone(pids: set[int], within: float = 20.0) -> list[int]:
     deadline = time.time() + within
-    while [p for p in pids if _running(p)] and time.time() < deadline:
+    while [p for p in pids if process_running(p)] and time.time() < deadline:
         time.sleep(0.25)
-    return [p for p in pids if _running(p)]
+    return [p for p in pids if process_running(p)]
 
 
 def test_a_run_leaves_its_local_ray_to_the_reaper_with_its_mlflow_run_closed(tmp_path):

@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT, mlflow_runs, process_cmdlines
+from tests.conftest import REPO_ROOT, mlflow_runs, process_cmdlines, process_running
 
 FAST_SPACE = {
     "description": "test sweep",
@@ -159,9 +159,9 @@ def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tracking_ur
     # the driver's local Ray cluster goes with it (Ray's own agents would linger 60 s: platform/_reaper.py)
     assert len(ray_processes) > 3
     deadline = time.time() + 20
-    while [pid for pid in ray_processes if _running(pid)] and time.time() < deadline:
+    while [pid for pid in ray_processes if process_running(pid)] and time.time() < deadline:
         time.sleep(0.5)
-    assert not [pid for pid in ray_processes if _running(pid)], process_cmdlines(ray_processes)
+    assert not [pid for pid in ray_processes if process_running(pid)], process_cmdlines(ray_processes)
     # --repair closes what the dead driver left RUNNING (its parent and the trials it had open)
     _, runs = mlflow_runs(uri, "killed")
     assert [r for r in runs if r.info.status == "RUNNING"]
@@ -232,14 +232,6 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
     assert child.info.status == "FINISHED" and child.data.tags["status"] == "completed"
     assert [m.step for m in client.get_metric_history(child.info.run_id, "val_accuracy")] == list(range(1, rounds + 1))
 
-
-def _running(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _resumable_sweep(tmp_path, name: str) -> tuple[str, list[str]]:
