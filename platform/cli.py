@@ -108,10 +108,7 @@ def _start_local_ray(dashboard: bool) -> None:
     run never uses (:func:`_lean_head`)."""
     import ray
 
-    if dashboard:
-        ray.init(**_ray_init_options(dashboard))
-        return
-    with _lean_head():
+    with contextlib.nullcontext() if dashboard else _lean_head():
         ray.init(**_ray_init_options(dashboard))
 
 
