@@ -104,7 +104,8 @@ def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str,
     shared = share_dataset(base_config)
     callbacks = [Marks()]  # first: its on_trial_start mark precedes the MLflow callback's work
     if tracking_uri is not None:
-        from platform.tracking import MlflowSweepCallback, Tracker
+        from platform.sweep_callback import MlflowSweepCallback
+        from platform.tracking import Tracker
 
         tracker = Tracker(tracking_uri, space.name)
         parent = tracker.start_run(name=name, tags={"fedsweep.search_space": space.name})

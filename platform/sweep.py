@@ -317,7 +317,8 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     from platform.runtime.federation import share_dataset
     from platform.optuna_store import StudyRecorder
     from platform.sweep_outputs import SweepAnswer, publish
-    from platform.tracking import MlflowSweepCallback, Tracker, log_patch_samples
+    from platform.sweep_callback import MlflowSweepCallback
+    from platform.tracking import Tracker, log_patch_samples
 
     tracker = Tracker(tracking_uri, space.name)
     # The Tune experiment (one directory per sweep, a sub-directory per scenario cell) names the Optuna study too.
@@ -826,7 +827,7 @@ def _adopt_callback(tuner, callback):
     """A restored Tuner runs the callbacks pickled with the experiment; put ``callback`` (this process's, with this
     run's shared data) in its place so that Tune restores the saved trial-to-run map into it and the sweep can read
     it. Falls back to whatever the Tuner holds when Tune's internals differ."""
-    from platform.tracking import MlflowSweepCallback
+    from platform.sweep_callback import MlflowSweepCallback
 
     try:
         run_config = tuner._local_tuner.get_run_config()
@@ -852,7 +853,8 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
     from platform.pretrain import prepare_pretrained, sweep_pretrain_configs
     from platform.runtime.federation import share_dataset
     from platform.storage import tune_storage
-    from platform.tracking import MlflowSweepCallback, log_patch_samples
+    from platform.sweep_callback import MlflowSweepCallback
+    from platform.tracking import log_patch_samples
 
     cells = space.cells()
     if resume_dir:

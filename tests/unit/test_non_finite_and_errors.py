@@ -63,7 +63,8 @@ def test_a_trial_ending_on_nan_is_tagged_diverged(tmp_path):
 
     from platform.optuna_store import StudyRecorder, load_study
     from platform.search_space import load_search_space
-    from platform.tracking import MlflowSweepCallback, Tracker
+    from platform.sweep_callback import MlflowSweepCallback
+    from platform.tracking import Tracker
 
     uri, storage = f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}"
     space = load_search_space("smoke", {}, None)
@@ -90,7 +91,8 @@ def test_the_callback_keeps_only_ids_of_ended_trials(tmp_path):
     import pickle
 
     from platform.search_space import load_search_space
-    from platform.tracking import MlflowSweepCallback, Tracker
+    from platform.sweep_callback import MlflowSweepCallback
+    from platform.tracking import Tracker
 
     space = load_search_space("smoke", {}, None)
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "smoke")

@@ -1,0 +1,241 @@
+"""The sweep's Tune callback: every trial written to MLflow from the driver, one concise line per event.
+
+A module of its own because its base class imports ``ray.tune`` (about 0.7 s), which ``platform.run`` never needs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Optional
+
+from ray import tune
+
+from platform.run_schema import (METRIC_BEST, METRIC_FINAL, METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, PER_SEED_SEPARATOR,
+                                 RESULT_ARRAYS, STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED,
+                                 STATUS_FAILED, STATUS_RUNNING, TAG_SAMPLED, TAG_SAMPLER_SEED, TAG_SCENARIO,
+                                 TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, TAG_TRIAL_ID,
+                                 children_filter)
+from platform.tracking import Tracker, _short, log_arrays, log_partition, round_metrics, trial_run_name
+
+
+class MlflowSweepCallback(tune.Callback):
+    """Writes every trial to MLflow from the driver, and prints one concise line per event."""
+
+    def __init__(self, tracker: Tracker, parent_run_id: str, space, total_rounds: int, num_samples: int,
+                 quiet: bool = False, shared=None, cell: Optional[dict] = None, study=None):
+        self.tracker = tracker
+        # a platform.optuna_store.StudyRecorder: every ended trial goes into the persistent study
+        self.study = study
+        # A scenario cell's study (``space`` is then the cell's space): {"number": 1-based, "cells": how many,
+        # "label": "key=value, ...", "sampler_seed": int}; its child runs are tagged with it.
+        self.cell = cell
+        self.shared = shared  # the sweep's SharedData: labels for the partition summary
+        self.parent_run_id = parent_run_id
+        self.space = space
+        self.total_rounds = total_rounds
+        self.num_samples = num_samples
+        self.quiet = quiet
+        self.runs: dict[str, str] = {}  # trial_id -> MLflow run id
+        self.numbers: dict[str, int] = {}  # trial_id -> 1-based order of start
+        self.best: dict[str, Any] = {}  # trial_id -> best metric so far (multi-objective: {metric: best so far})
+        self.last: dict[str, dict] = {}  # trial_id -> last reported round metrics
+        self.open: set[str] = set()  # trial ids whose MLflow run has not ended
+        self.names: dict[str, str] = {}  # trial_id -> MLflow run name (its swept values)
+        self.history: dict[str, dict[int, float]] = {}  # trial_id -> {round: search metric} (single objective)
+        self.retries: dict[str, int] = {}  # trial_id -> times Tune ran it again after a failure
+
+    # Tune saves/restores callback state with the experiment, so --resume continues the same runs.
+    def get_state(self) -> dict:
+        return {"runs": self.runs, "numbers": self.numbers, "best": self.best, "last": self.last,
+                "open": sorted(self.open), "names": self.names, "history": self.history, "retries": self.retries}
+
+    def set_state(self, state: dict) -> None:
+        self.runs, self.numbers = dict(state["runs"]), dict(state["numbers"])
+        self.best, self.last = dict(state["best"]), dict(state["last"])
+        self.open = set(state.get("open", ()))
+        self.names, self.history = dict(state.get("names", {})), dict(state.get("history", {}))
+        self.retries = dict(state.get("retries", {}))
+
+    def close_open_runs(self, status: str, mlflow_status: str) -> None:
+        """End every child run still open (the sweep was interrupted); --resume reopens them."""
+        for trial_id in sorted(self.open):
+            self.tracker.set_tag(self.runs[trial_id], TAG_STATUS, status)
+            self.tracker.end_run(self.runs[trial_id], mlflow_status)
+        self.open.clear()
+
+    def _say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, flush=True)
+
+    def _label(self, trial) -> str:
+        if getattr(self, "cell", None):  # getattr: a callback pickled before cells existed (--resume)
+            return (f"[cell {self.cell['number']}/{self.cell['cells']}, trial "
+                    f"{self.numbers.get(trial.trial_id, '?')}/{self.num_samples}]")
+        return f"[trial {self.numbers.get(trial.trial_id, '?')}/{self.num_samples}]"
+
+    @staticmethod
+    def trial_params(trial) -> dict:
+        config = trial.config or {}
+        return dict(config.get("params", config))
+
+    def _adopt_existing_run(self, trial) -> bool:
+        """A child run this sweep already made for ``trial`` that the restored state does not know (the driver
+        died after creating it, before Tune saved its state): the trial continues it, from its last logged round,
+        instead of getting a second run. False when there is none."""
+        found = self.tracker.client.search_runs(
+            [self.tracker.experiment_id], max_results=1,
+            filter_string=f"{children_filter(self.parent_run_id)} and tags.`{TAG_TRIAL_ID}` = '{trial.trial_id}'")
+        if not found:
+            return False
+        run = found[0]
+        self.runs[trial.trial_id], self.names[trial.trial_id] = run.info.run_id, run.info.run_name
+        self.numbers[trial.trial_id] = len(self.numbers) + 1
+        return True
+
+    def _catch_up(self, trial_id: str) -> None:
+        """Take a reopened run's last logged round from the store: the state Tune restored may predate rounds the
+        killed driver had already logged, which the trial (back at its checkpoint) reports again."""
+        history = self.tracker.client.get_metric_history(self.runs[trial_id], self.space.search.metrics[0])
+        logged = max((m.step for m in history), default=0)
+        if logged > self.last.get(trial_id, {}).get("round", 0):
+            self.last[trial_id] = {**self.last.get(trial_id, {}), "round": logged}
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        if trial.trial_id in self.runs or self._adopt_existing_run(trial):  # a resumed trial: reopen its run
+            self._catch_up(trial.trial_id)
+            self.tracker.client.update_run(self.runs[trial.trial_id], status="RUNNING")
+            self.tracker.set_tag(self.runs[trial.trial_id], TAG_STATUS, STATUS_RUNNING)
+            self.open.add(trial.trial_id)
+            return
+        self.numbers[trial.trial_id] = len(self.numbers) + 1
+        params = self.trial_params(trial)
+        resolved = self.space.trial_config(params)
+        tags = {TAG_STATUS: STATUS_RUNNING, TAG_TRIAL_ID: trial.trial_id, TAG_SEARCH_SPACE: self.space.name,
+                TAG_SAMPLED: ", ".join(f"{k}={_short(v)}" for k, v in params.items())}
+        cell = getattr(self, "cell", None)  # getattr: a callback pickled before cells existed (--resume)
+        if cell:
+            tags.update({TAG_SCENARIO: cell["label"], TAG_SCENARIO_CELL: str(cell["number"]),
+                         TAG_SAMPLER_SEED: str(cell["sampler_seed"])})
+        name = trial_run_name(params, self.space.parameters, cell.get("values") if cell else None)
+        run_id = self.tracker.start_run(name=name, tags=tags, parent_run_id=self.parent_run_id)
+        # A conditional parameter whose ``when`` does not hold was not drawn: its config value is unused, not
+        # logged.
+        flat = {k: v for k, v in resolved.flat().items() if k in params or k not in self.space.parameters}
+        flat[PARAM_SEEDS] = self.space.seeds
+        self.tracker.log_params(run_id, flat)
+        if self.shared is not None and self.shared.serves(resolved):
+            try:  # the first seed's split; the others differ only by seed
+                log_partition(self.tracker, run_id, dataclasses.replace(resolved, seed=self.space.seeds[0]),
+                              self.shared.train_labels, self.shared.num_classes, self.shared.train_groups,
+                              self.shared.train_coarse_labels)
+            except Exception:  # noqa: BLE001 - the trial hits the same error and reports it as its failure
+                pass
+        self.runs[trial.trial_id] = run_id
+        self.names[trial.trial_id] = name
+        self.open.add(trial.trial_id)
+        self._say(f"{self._label(trial)} start  " + ", ".join(f"{k}={_short(v)}" for k, v in params.items()))
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        run_id = self.runs.get(trial.trial_id)
+        if run_id is None:
+            return
+        step = int(result.get("round", result.get("training_iteration", 0)))
+        if step <= self.last.get(trial.trial_id, {}).get("round", 0):
+            return  # a resumed trial recomputing rounds it already logged (deterministic: same values)
+        metrics = round_metrics(result)
+        self.tracker.log_metrics(run_id, metrics, step=step)
+        if result.get(RESULT_ARRAYS):  # the method's arrays, on the rounds due (tracking.arrays_every, the last)
+            log_arrays(self.tracker, run_id, result[RESULT_ARRAYS], step)
+        self.last[trial.trial_id] = {"round": step, **metrics}
+        if self.space.search.multi_objective:
+            self._round_objectives(trial, step, metrics)
+            return
+        metric, mode = self.space.search.metric, self.space.search.mode
+        if metric in metrics:
+            prev = self.best.get(trial.trial_id)
+            value = metrics[metric]
+            self.history.setdefault(trial.trial_id, {})[step] = value
+            if prev is None or (value > prev if mode == "max" else value < prev):
+                self.best[trial.trial_id] = value
+            std = f" ± {metrics[metric + '_std']:.4f}" if metric + "_std" in metrics else ""
+            self._say(f"{self._label(trial)} round {step}/{self.total_rounds}  {metric} {value:.4f}{std}")
+
+    def _round_objectives(self, trial, step: int, metrics: dict) -> None:
+        """Multi-objective: track each objective's best so far (``best`` holds a dict per trial) and print them
+        all."""
+        best = self.best.setdefault(trial.trial_id, {})
+        shown = []
+        for metric, mode in self.space.search.objectives:
+            if metric not in metrics:
+                continue
+            value, prev = metrics[metric], best.get(metric)
+            if prev is None or (value > prev if mode == "max" else value < prev):
+                best[metric] = value
+            std = f" ± {metrics[metric + '_std']:.4f}" if metric + "_std" in metrics else ""
+            shown.append(f"{metric} {value:.4f}{std}")
+        if shown:
+            self._say(f"{self._label(trial)} round {step}/{self.total_rounds}  " + "  ".join(shown))
+
+    def _finish(self, trial, status: str, mlflow_status: str):
+        run_id = self.runs.get(trial.trial_id)
+        if run_id is None:
+            return
+        last = self.last.get(trial.trial_id, {})
+        # final_<metric> of the means (and stds); a per-seed metric's last value is its final one already
+        summary = {f"{METRIC_FINAL}{k}": v for k, v in last.items() if k != "round" and PER_SEED_SEPARATOR not in k}
+        summary[METRIC_ROUNDS_COMPLETED] = last.get("round", 0)
+        best = self.best.get(trial.trial_id)
+        if isinstance(best, dict):  # multi-objective: the best of each objective over rounds
+            summary.update({f"{METRIC_BEST}{m}": v for m, v in best.items()})
+        elif best is not None:
+            summary[f"{METRIC_BEST}{self.space.search.metric}"] = best
+        self.tracker.log_metrics(run_id, summary, step=int(last.get("round", 0)))
+        if status == STATUS_EARLY_STOPPED:
+            self.tracker.set_tag(run_id, TAG_STOPPED_EARLY, str(last.get("round", 0)))
+        self.tracker.set_tag(run_id, TAG_STATUS, status)
+        self.tracker.end_run(run_id, mlflow_status)
+        self.open.discard(trial.trial_id)
+        if getattr(self, "study", None) is not None:  # getattr: a callback pickled before studies existed
+            state = {STATUS_COMPLETED: "complete", STATUS_EARLY_STOPPED: "pruned"}.get(status, "fail")
+            self.study.record(self.trial_params(trial), last, self.history.get(trial.trial_id, {}), state,
+                              {"mlflow_run_id": run_id, "run_name": self.names.get(trial.trial_id, ""),
+                               "status": status, "rounds_completed": last.get("round", 0),
+                               "seeds": str(self.space.seeds)})
+        final = "".join(f"  {m} {last[m]:.4f}" for m in self.space.search.metrics if m in last)
+        self._say(f"{self._label(trial)} {status}{final}")
+        # An ended trial's round figures are in MLflow and the study now: keep only its run's identity, so the
+        # callback (and Tune's saved experiment state) grows by a few ids per trial, not by every metric it
+        # reported.
+        self.last[trial.trial_id] = {"round": last.get("round", 0)}
+        self.history.pop(trial.trial_id, None)
+        self.best.pop(trial.trial_id, None)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        last = self.last.get(trial.trial_id, {})
+        rounds = last.get("round", 0)
+        status = STATUS_COMPLETED if rounds >= self.total_rounds else STATUS_EARLY_STOPPED
+        if any(m in last and not math.isfinite(last[m]) for m in self.space.search.metrics):
+            status = STATUS_DIVERGED
+        self._finish(trial, status, "FINISHED")
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        """A failed trial Tune runs again (``search.max_failures``): its run stays open and continues."""
+        self.retries[trial.trial_id] = self.retries.get(trial.trial_id, 0) + 1
+        self._say(f"{self._label(trial)} failed, running it again (retry {self.retries[trial.trial_id]}): "
+                  f"{_last_error_line(trial)}")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._finish(trial, STATUS_FAILED, "FAILED")
+        line = _last_error_line(trial)
+        if line:
+            self._say(f"{self._label(trial)} error: {line}")
+
+
+def _last_error_line(trial) -> str:
+    """The last line of a trial's error file (the exception), or ""."""
+    if not trial.error_file or not os.path.isfile(trial.error_file):
+        return ""
+    with open(trial.error_file) as fh:
+        lines = [ln for ln in fh.read().strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
