@@ -503,6 +503,10 @@ def _fit_study(trainable, space, base_config, parent_dir: str, name: str, callba
         callback.set_state(record["callback"])
     results = study_segments.StudyResults(study_dir)
     kept = (*space.search.metrics, *_REPORTED)
+    if len(segments) > 1 and space.search.scheduler.kind == "asha":
+        log(f"note: {len(segments)} Tune experiments of at most {space.search.trials_per_experiment} trials "
+            f"(search.trials_per_experiment); ASHA compares a trial only with those of its own experiment",
+            flush=True)
     for segment in segments:
         ended = study_segments.ended_cleanly(record, segment)
         if ended is not None:
