@@ -6,7 +6,12 @@ against the number of trials that had ended, with the growth per trial fitted ov
 (after start-up and the first trials' imports).
 
     python -m benchmarks.driver_memory --trials 150
+    python -m benchmarks.driver_memory --trials 1000 --trials-per-experiment 100
     python -m benchmarks.driver_memory --trials 500 --bare-tune
+    python -m benchmarks.driver_memory --trials 1000 --bare-tune --trials-per-experiment 200
+
+``--trials-per-experiment``: the sweep's ``search.trials_per_experiment`` (default: the space's, 500): the study runs
+as consecutive Tune experiments of at most that many trials, and the driver keeps one experiment's trials.
 
 ``--bare-tune``: the comparison without fedsweep: a plain Ray Tune driver (random search over one float, the same
 trial count, 2 trials at once, ``reuse_actors=True``, a trivial trainable reporting one result), measured the same way,
@@ -41,8 +46,9 @@ def rss_mib(pid: int) -> float:
         return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
 
 
-def bare_tune(trials: int, storage: str) -> int:
-    """The ``--bare-tune`` driver (a child process): plain Tune, a trivial trainable, one line per ended trial."""
+def bare_tune(trials: int, storage: str, per_experiment: int) -> int:
+    """The ``--bare-tune`` driver (a child process): plain Tune, a trivial trainable, one line per ended trial; the
+    trials run as consecutive experiments of at most ``per_experiment``."""
     import ray
     from ray import tune
 
@@ -55,11 +61,15 @@ def bare_tune(trials: int, storage: str) -> int:
         def on_trial_complete(self, iteration, trials, trial, **info):
             print(f"[{trial.trial_id}] completed", flush=True)
 
-    tuner = tune.Tuner(trainable, param_space={"lr": tune.loguniform(0.001, 0.3)},
-                       tune_config=tune.TuneConfig(num_samples=trials, max_concurrent_trials=2, reuse_actors=True,
-                                                   metric="val_accuracy", mode="max"),
-                       run_config=tune.RunConfig(storage_path=storage, callbacks=[Ended()], verbose=0))
-    tuner.fit()
+    for index, start in enumerate(range(0, trials, per_experiment)):
+        tuner = tune.Tuner(trainable, param_space={"lr": tune.loguniform(0.001, 0.3)},
+                           tune_config=tune.TuneConfig(num_samples=min(per_experiment, trials - start),
+                                                       max_concurrent_trials=2, reuse_actors=True,
+                                                       metric="val_accuracy", mode="max"),
+                           run_config=tune.RunConfig(name=f"bare-{index + 1:03d}", storage_path=storage,
+                                                     callbacks=[Ended()], verbose=0))
+        tuner.fit()
+        del tuner
     return 0
 
 
@@ -67,18 +77,23 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.driver_memory", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=150)
+    parser.add_argument("--trials-per-experiment", type=int, default=None,
+                        help="the sweep's search.trials_per_experiment (default: the search space's default, 500)")
     parser.add_argument("--bare-tune", action="store_true", help="plain Ray Tune instead of platform.sweep")
     parser.add_argument("--child-storage", help=argparse.SUPPRESS)  # the --bare-tune child process
     args = parser.parse_args(argv)
     if args.child_storage:
-        return bare_tune(args.trials, args.child_storage)
+        return bare_tune(args.trials, args.child_storage, args.trials_per_experiment or args.trials)
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "soak.yaml")
         SPACE["search"]["num_samples"] = args.trials
+        if args.trials_per_experiment:
+            SPACE["search"]["trials_per_experiment"] = args.trials_per_experiment
         with open(path, "w") as fh:
             yaml.safe_dump(SPACE, fh)
         command = ([sys.executable, "-m", "benchmarks.driver_memory", "--trials", str(args.trials), "--child-storage",
-                    f"{directory}/tune"] if args.bare_tune else
+                    f"{directory}/tune", "--trials-per-experiment", str(args.trials_per_experiment or args.trials)]
+                   if args.bare_tune else
                    [sys.executable, "-m", "platform.sweep", path, "--tracking-uri", f"sqlite:///{directory}/mlflow.db",
                     "--storage-path", f"{directory}/tune", "--cache-dir", f"{directory}/cache"])
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -99,9 +114,10 @@ def main(argv=None) -> int:
                 ended[0] += 1
         proc.wait()
         sampler.join(timeout=5)
-    print(f"{'bare Ray Tune' if args.bare_tune else 'platform.sweep'}: {args.trials} trials, exit {proc.returncode}, "
-          f"{time.time() - start:.0f} s")
-    marks = sorted({int(args.trials * f) for f in (0.1, 0.25, 0.5, 0.75, 1.0)})
+    per = f", at most {args.trials_per_experiment} per Tune experiment" if args.trials_per_experiment else ""
+    print(f"{'bare Ray Tune' if args.bare_tune else 'platform.sweep'}: {args.trials} trials{per}, exit "
+          f"{proc.returncode}, {time.time() - start:.0f} s")
+    marks = sorted({int(args.trials * f) for f in (0.1, 0.25, 0.5, 0.6, 0.75, 0.9, 1.0)})
     print("trials ended | driver RSS (MiB)")
     for mark in marks:
         at = [rss for _, n, rss in samples if n >= mark]

@@ -146,6 +146,10 @@ class SearchConfig:
     max_failures: int = spec(1, doc="Times a failed trial is run again (from its last checkpoint, else from round "
                                     "1) before it counts as failed: a killed trial process or node; 0 = never.",
                              ge=0)
+    trials_per_experiment: int = spec(500, doc="Trials per Tune experiment: a study of more runs as consecutive "
+                                               "experiments, the searcher's history carried over, so the driver "
+                                               "keeps one experiment's trials in memory (Tune keeps every trial of "
+                                               "an experiment). ASHA's rungs start afresh in each.", ge=1)
 
     def validate(self, path: str) -> None:
         _check_metric_and_mode(self.metric, self.mode, path)

@@ -104,23 +104,33 @@ class DefineByRun:
         return None
 
 
-def _make_searcher(space):
+def _make_searcher(space, segment_index: int = 0, history=()):
     """Optuna TPE or random sampling (both sample for several objectives when ``search.metric`` is a list: Optuna
-    then runs a multi-objective study); None for the grid searcher, whose Pareto front comes from the results."""
+    then runs a multi-objective study); None for the grid searcher, whose Pareto front comes from the results.
+    A later segment of a long study (platform/study_segments.py) gets its own sampler seed, and its study starts
+    with the finished trials of the earlier segments (``history``)."""
     import optuna
     from ray.tune.search.optuna import OptunaSearch
+
+    from platform.study_segments import segment_sampler_seed, warm_start_study
 
     search = space.search
     if search.searcher == "grid":
         return None
-    sampler = (optuna.samplers.TPESampler(seed=search.sampler_seed) if search.searcher == "tpe"
-               else optuna.samplers.RandomSampler(seed=search.sampler_seed))
+    seed = segment_sampler_seed(search.sampler_seed, segment_index)
+    sampler = (optuna.samplers.TPESampler(seed=seed) if search.searcher == "tpe"
+               else optuna.samplers.RandomSampler(seed=seed))
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = {}
+    if history:
+        storage, _ = warm_start_study(space, list(history), "history")
+        study = {"study_name": "history", "storage": storage}
     if search.multi_objective:  # lists of the same length: a study with one direction per objective
         return OptunaSearch(space=DefineByRun(space.parameters), metric=list(search.metrics),
-                            mode=[mode for _, mode in search.objectives], sampler=sampler)
-    return OptunaSearch(space=DefineByRun(space.parameters), metric=search.metric, mode=search.mode, sampler=sampler)
+                            mode=[mode for _, mode in search.objectives], sampler=sampler, **study)
+    return OptunaSearch(space=DefineByRun(space.parameters), metric=search.metric, mode=search.mode, sampler=sampler,
+                        **study)
 
 
 def _make_scheduler(space, rounds: int):
@@ -360,20 +370,16 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
                                        study=StudyRecorder(args.optuna_url, experiment, space.search.objectives,
                                                            space.parameters))
         trainable = _trainable(space, base_config, shared, args)
-        if resume_dir:
-            from ray import tune
-
-            from platform.storage import tune_storage
-
-            path, filesystem = tune_storage(resume_dir)
-            tuner = tune.Tuner.restore(path, trainable, resume_unfinished=True, resume_errored=True,
-                                       storage_filesystem=filesystem)
+        if not resume_dir:  # the experiment directory records the parent run, for --resume
+            _start_state(_join(storage, experiment), parent_run_id, tracking_uri, space, args.invocation)
+        results, callback = _fit_study(trainable, space, base_config, storage, experiment, callback, log=print)
+        if results is None:
+            callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
+            print(f"\ninterrupted; continue with: {_resume_command(experiment, storage)}", file=sys.stderr)
+            status = "KILLED"
         else:
-            tuner = _new_tuner(trainable, space, base_config, storage, experiment, callback, parent_run_id,
-                               tracking_uri, args.invocation)
-        grid = tuner.fit()
-        status = _report(grid, space, tracker, parent_run_id, callback, expected_trials, answer,
-                         sweep_dir=_join(storage, experiment))
+            status = _report(results, space, tracker, parent_run_id, callback, answer,
+                             sweep_dir=_join(storage, experiment))
     except KeyboardInterrupt:
         status = "KILLED"
         if callback is not None:
@@ -453,37 +459,77 @@ def _trainable(space, base_config, shared, args):
         tune.PlacementGroupFactory(trial_bundles(base_config.resources)))
 
 
-def _new_tuner(trainable, space, base_config, storage, name, callback, parent_run_id, tracking_uri, invocation):
-    """A Tuner for a new sweep; its experiment directory records the parent run, for ``--resume``."""
-    _start_state(_join(storage, name), parent_run_id, tracking_uri, space, invocation)
-    return _tuner(trainable, space, base_config, storage, name, callback)
-
-
-def _tuner(trainable, space, base_config, storage, name, callback):
-    """A new Tuner for ``space`` (a sweep without scenarios, or one scenario cell) in ``storage``/``name``."""
+def _tuner(trainable, space, base_config, storage, name, callback, segment, history=()):
+    """A new Tuner for ``segment`` of ``space``'s study (a sweep without scenarios, or one scenario cell) in
+    ``storage``/``name``; ``history``: the study's trials that ended in earlier segments."""
     from ray import tune
-
-    from platform.search_space import grid_points
 
     from platform.storage import tune_storage
 
     search = space.search
     storage_path, filesystem = tune_storage(storage)
-    param_space = {"params": tune.grid_search(grid_points(space))} if search.searcher == "grid" else None
+    param_space = ({"params": tune.grid_search(list(segment.grid_points))} if search.searcher == "grid" else None)
     # Multi-objective: the searcher holds the metric and mode lists; Tune's own metric/mode take one metric only
     # (and no scheduler needs one: ASHA is refused at load), so Tune gets none and _report computes the front.
     metric, mode = (None, None) if search.multi_objective else (search.metric, search.mode)
     return tune.Tuner(
         trainable, param_space=param_space,
         tune_config=tune.TuneConfig(
-            search_alg=_make_searcher(space), scheduler=_make_scheduler(space, base_config.rounds),
-            num_samples=search.num_samples, metric=metric, mode=mode,
+            search_alg=_make_searcher(space, segment.index, history),
+            scheduler=_make_scheduler(space, base_config.rounds),
+            num_samples=segment.num_samples, metric=metric, mode=mode,
             max_concurrent_trials=search.max_concurrent_trials,
             reuse_actors=True),  # a finished trial's process and actors serve the next (WarmActors)
         run_config=tune.RunConfig(name=name, storage_path=storage_path, storage_filesystem=filesystem,
                                   callbacks=[callback], verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=search.max_failures),
                                   checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
+
+
+def _fit_study(trainable, space, base_config, parent_dir: str, name: str, callback, log):
+    """Run one study (the sweep's, or one scenario cell's) in ``parent_dir``/``name`` as consecutive Tune
+    experiments of at most ``search.trials_per_experiment`` trials (platform/study_segments.py). On --resume the
+    segments that ended cleanly are skipped and the others restored (their unfinished and failed trials run again).
+    Returns (every ended trial's outcome, the callback), or (None, the callback) when the sweep was interrupted."""
+    from ray import tune
+
+    from platform import study_segments
+    from platform.storage import tune_storage
+
+    study_dir = _join(parent_dir, name)
+    segments = study_segments.plan(space)
+    record = study_segments.read_record(study_dir)
+    if record.get("callback"):  # trial numbers and MLflow runs of the segments that ended before --resume
+        callback.set_state(record["callback"])
+    results = study_segments.StudyResults(study_dir)
+    kept = (*space.search.metrics, *_REPORTED)
+    if len(segments) > 1 and space.search.scheduler.kind == "asha":
+        log(f"note: {len(segments)} Tune experiments of at most {space.search.trials_per_experiment} trials "
+            f"(search.trials_per_experiment); ASHA compares a trial only with those of its own experiment",
+            flush=True)
+    for segment in segments:
+        ended = study_segments.ended_cleanly(record, segment)
+        if ended is not None:
+            results.extend(ended)
+            continue
+        where = (parent_dir, name) if segment.index == 0 else (study_dir, segment.dir_name)
+        path, filesystem = tune_storage(_join(*where))
+        if len(segments) > 1:
+            log(f"experiment {segment.number}/{len(segments)} of this study: {segment.trials} trial(s)", flush=True)
+        if tune.Tuner.can_restore(path, storage_filesystem=filesystem):
+            tuner = tune.Tuner.restore(path, trainable, resume_unfinished=True, resume_errored=True,
+                                       storage_filesystem=filesystem)
+            callback = _adopt_callback(tuner, callback)
+        else:
+            tuner = _tuner(trainable, space, base_config, *where, callback, segment, history=results)
+        grid = tuner.fit()
+        if _interrupted(grid, segment.trials, callback):
+            return None, callback
+        outcomes = [study_segments.outcome(result, kept) for result in grid]
+        del grid, tuner  # the segment's Trial objects go with its controller
+        results.extend(outcomes)
+        record = study_segments.record_segment(study_dir, record, segment, outcomes, callback.get_state())
+    return results, callback
 
 
 def _ranked_results(grid, metric: str) -> tuple[list, int]:
@@ -575,14 +621,10 @@ def _interrupted(grid, expected: int, callback) -> bool:
             or bool(callback.open))
 
 
-def _report(grid, space, tracker, parent_run_id, callback, expected: int, answer, sweep_dir: str) -> str:
+def _report(grid, space, tracker, parent_run_id, callback, answer, sweep_dir: str) -> str:
+    """Print and log the best trial (or the Pareto front) of ``grid``, every ended trial of the study."""
     from platform.sweep_outputs import log_best
 
-    if _interrupted(grid, expected, callback):
-        callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
-        experiment, storage = os.path.basename(sweep_dir), os.path.dirname(sweep_dir)
-        print(f"\ninterrupted; continue with: {_resume_command(experiment, storage)}", file=sys.stderr)
-        return "KILLED"
     if space.search.multi_objective:
         return _report_pareto(grid, space, tracker, parent_run_id, callback, answer)
     metric, mode = space.search.metric, space.search.mode
@@ -897,17 +939,12 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
         log(f"\ncell {number}/{len(cells)}: {label}: {expected} trial(s), searcher {cell_space.search.searcher}, "
             f"sampler seed {cell_space.search.sampler_seed}{', resumed' if restoring else ''}", flush=True)
         try:
-            if restoring:
-                tuner = tune.Tuner.restore(cell_path, trainable, resume_unfinished=True, resume_errored=True,
-                                           storage_filesystem=filesystem)
-                callback = _adopt_callback(tuner, callback)
-            else:
-                tuner = _tuner(trainable, cell_space, config, sweep_dir, _cell_dir_name(index), callback)
-            grid = tuner.fit()
+            grid, callback = _fit_study(trainable, cell_space, config, sweep_dir, _cell_dir_name(index), callback,
+                                        log=log)
         except KeyboardInterrupt:
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
             raise
-        if _interrupted(grid, expected, callback):
+        if grid is None:
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
             print(f"\ninterrupted in scenario cell {number}/{len(cells)} ({label}); continue with: "
                   f"{_resume_command(os.path.basename(sweep_dir), storage)}", file=sys.stderr)

@@ -51,11 +51,16 @@ class MlflowSweepCallback(tune.Callback):
                 "open": sorted(self.open), "names": self.names, "history": self.history, "retries": self.retries}
 
     def set_state(self, state: dict) -> None:
-        self.runs, self.numbers = dict(state["runs"]), dict(state["numbers"])
-        self.best, self.last = dict(state["best"]), dict(state["last"])
-        self.open = set(state.get("open", ()))
-        self.names, self.history = dict(state.get("names", {})), dict(state.get("history", {}))
-        self.retries = dict(state.get("retries", {}))
+        """Merged into what this callback holds: a long study's later segments (platform/study_segments.py) keep
+        the runs of the trials that ended in the segments before the one Tune restores."""
+        self.runs.update(state["runs"])
+        self.numbers.update(state["numbers"])
+        self.best.update(state["best"])
+        self.last.update(state["last"])
+        self.open |= set(state.get("open", ()))
+        self.names.update(state.get("names", {}))
+        self.history.update(state.get("history", {}))
+        self.retries.update(state.get("retries", {}))
 
     def close_open_runs(self, status: str, mlflow_status: str) -> None:
         """End every child run still open (the sweep was interrupted); --resume reopens them."""

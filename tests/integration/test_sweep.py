@@ -71,11 +71,38 @@ def test_failed_trial_is_marked_failed(ray_local, tracking_uri, tmp_path, capsys
     assert statuses == [("FAILED", "failed"), ("FAILED", "failed")]
 
 
+def test_a_long_study_runs_as_several_tune_experiments(ray_local, tracking_uri, tmp_path, capsys):
+    """search.trials_per_experiment 2, 5 trials: three Tune experiments, one study: each trial one run, numbered
+    on, new draws in every experiment, the best chosen among all five."""
+    from platform.sweep import main
+
+    space = {**FAST_SPACE, "base": {**FAST_SPACE["base"], "rounds": 1},
+             "parameters": {"clients.lr": {"loguniform": [0.005, 0.2]}},
+             "search": {"searcher": "random", "num_samples": 5, "trials_per_experiment": 2, "seeds": [0],
+                        "metric": "val_accuracy", "mode": "max"}}
+    path = tmp_path / "segmented.yaml"
+    path.write_text(yaml.safe_dump(space))
+    rc = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "experiment 3/3 of this study: 1 trial(s)" in out and "[trial 5/5] completed" in out
+    _, runs = mlflow_runs(tracking_uri, "segmented")
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == 5 and all(r.data.tags["status"] == "completed" for r in children)
+    assert len({r.data.params["clients.lr"] for r in children}) == 5
+    best = max(r.data.metrics["val_accuracy"] for r in children)
+    assert f"best of 5 trial(s) (0 failed): val_accuracy = {best:.4f}" in out
+    (sweep_dir,) = (tmp_path / "tune").iterdir()
+    assert {"segment-002", "segment-003", "segments.json"} <= {p.name for p in sweep_dir.iterdir()}
+
+
 def test_interrupted_sweep_resumes_without_duplicate_rounds(tracking_uri, tmp_path):
-    """Ctrl-C mid-sweep, then --resume: every run ends FINISHED and no round is logged twice."""
+    """Ctrl-C mid-sweep, then --resume: every run ends FINISHED and no round is logged twice. The study runs as
+    three Tune experiments of one trial each (search.trials_per_experiment), interrupted in the second: --resume
+    skips the first, restores the second and starts the third."""
     from tests.conftest import run_cli
 
-    uri, args = _resumable_sweep(tmp_path, "resumable")
+    uri, args = _resumable_sweep(tmp_path, "resumable", trials_per_experiment=1)
     code, out = _sweep_until(args, "[trial 2/3] round 3/4", signal.SIGINT)
     assert code != 0, out
     # the printed hint alone continues it, from another directory: the sweep's stored invocation supplies the
@@ -89,6 +116,7 @@ def test_interrupted_sweep_resumes_without_duplicate_rounds(tracking_uri, tmp_pa
     assert conflicting.returncode == 2 and "--resume: --set ['rounds=7'] conflicts" in conflicting.stderr
     resumed = run_cli("platform.sweep", *hint_args, cwd=str(elsewhere), timeout=480)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "experiment 1/3" not in resumed.stdout and "experiment 3/3" in resumed.stdout
     client, runs = mlflow_runs(uri, "resumable")
     assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
     for child in (r for r in runs if "mlflow.parentRunId" in r.data.tags):
@@ -234,12 +262,14 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
 
 
 
-def _resumable_sweep(tmp_path, name: str) -> tuple[str, list[str]]:
-    """A 3-trial, 4-round sweep, one trial at a time, checkpointed every 2 rounds, in space ``name``: (tracking URI,
-    the ``platform.sweep`` arguments that run it). The store is the test's ``tracking_uri`` (tmp_path/mlflow.db)."""
+def _resumable_sweep(tmp_path, name: str, **search) -> tuple[str, list[str]]:
+    """A 3-trial, 4-round sweep, one trial at a time, checkpointed every 2 rounds, in space ``name`` (``search``:
+    more search settings): (tracking URI, the ``platform.sweep`` arguments that run it). The store is the test's
+    ``tracking_uri`` (tmp_path/mlflow.db)."""
     space = dict(FAST_SPACE)
     space["base"] = {**FAST_SPACE["base"], "rounds": 4}
-    space["search"] = {**FAST_SPACE["search"], "seeds": [0], "checkpoint_every": 2, "max_concurrent_trials": 1}
+    space["search"] = {**FAST_SPACE["search"], "seeds": [0], "checkpoint_every": 2, "max_concurrent_trials": 1,
+                       **search}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
