@@ -110,6 +110,9 @@ def _ray_init_options(dashboard: bool) -> dict:
     return dict(address="local", include_dashboard=dashboard, log_to_driver=False, configure_logging=True,
                 logging_level=logging.WARNING,
                 _system_config={"preload_python_modules": list(WORKER_PRELOAD),
+                                # the workers start (and import torch) when the raylet is up, not only once the
+                                # driver has connected: about 0.8 s earlier; the same number (one per CPU)
+                                "enable_worker_prestart": True,
                                 "idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS})
 
 
