@@ -98,9 +98,22 @@ def _joining(address: str | None) -> bool:
 WORKER_PRELOAD = ("platform.runtime.actors",)
 
 
+# How long a worker of a local instance may stay idle before Ray may stop it (Ray's default: 1 s). Ray stops idle
+# workers beyond one per free CPU; the placement group a run or trial reserves takes its CPUs, so once it exists a
+# worker Ray pre-started (and that has imported torch, see WORKER_PRELOAD) and that has waited 1 s for the command to
+# load its data was stopped before the actors asked for it, and an actor waited for a fresh process instead (about 2 s
+# of torch import; in 1 run of 2 to 3 on 2 cores, depending on when Ray's 200 ms check fell).
+IDLE_WORKER_KEEP_MS = 30_000
+
+
 def _ray_init_options(dashboard: bool) -> dict:
     return dict(address="local", include_dashboard=dashboard, log_to_driver=False, configure_logging=True,
-                logging_level=logging.WARNING, _system_config={"preload_python_modules": list(WORKER_PRELOAD)})
+                logging_level=logging.WARNING,
+                _system_config={"preload_python_modules": list(WORKER_PRELOAD),
+                                # the workers start (and import torch) when the raylet is up, not only once the
+                                # driver has connected: about 0.8 s earlier; the same number (one per CPU)
+                                "enable_worker_prestart": True,
+                                "idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS})
 
 
 def _start_local_ray(dashboard: bool) -> None:

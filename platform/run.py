@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     from platform.storage import check_storage
     from platform.tracking import (Tracker, check_tracking_uri, log_patch_samples, resolve_tracking_uri, results_home,
                                    ui_command)
-    from platform.runtime.federation import share_dataset
+    from platform.runtime.federation import load_shared_data, share_dataset
     from platform.runtime.trial import start_federations, stop_federations
 
     clock.mark("config, platform imports")
@@ -176,14 +176,16 @@ def main(argv=None) -> int:
     # torch; the run itself is created only once the actors are up.
     opening = _open_in_background(tracker)
     clock.mark("checks")
-    connect_ray(args.address, args.ray_dashboard)
-    clock.mark("Ray start")
     print(f"{config.algorithm.name} on {config.dataset.name}: {config.clients.num_clients} clients, "
           f"{config.clients.clients_per_round} per round, {config.rounds} rounds", flush=True)
     from platform.cache import open_cache
 
     cache = open_cache(args.cache_dir, not args.no_cache)
-    shared = share_dataset(config, cache=cache)
+    loaded = load_shared_data(config, cache)  # needs no Ray: loaded while Ray starts in the background
+    clock.mark("data loaded")
+    connect_ray(args.address, args.ray_dashboard)
+    clock.mark("Ray start")
+    shared = share_dataset(config, cache=cache, loaded=loaded)
     # Pre-training (pretrain.method) runs here, on the driver, before any actor starts (platform.pretrain).
     shared = prepare_pretrained(shared, [config], cache)
     clock.mark("data into the object store")
@@ -223,7 +225,8 @@ def main(argv=None) -> int:
 
 
 def _open_in_background(tracker) -> Optional[threading.Thread]:
-    """Open ``tracker``'s store in a daemon thread (None without MLflow)."""
+    """Open ``tracker``'s store in a daemon thread (None without MLflow), and import there what the partition's
+    heat-map needs (matplotlib, 0.4 s), which the main thread logs once the actors are up."""
     if tracker is None:
         return None
 
@@ -232,6 +235,8 @@ def _open_in_background(tracker) -> Optional[threading.Thread]:
             tracker.client
         except Exception:  # noqa: BLE001 - opened again, and reported, in the main thread
             pass
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
 
     thread = threading.Thread(target=open_store, name="open-mlflow-store", daemon=True)
     thread.start()

@@ -34,8 +34,6 @@ from typing import ContextManager, Sequence
 
 import numpy as np
 import torch
-from scipy.optimize import minimize
-from scipy.special import expit
 
 from algorithms.common.privacy import GaussianMechanism
 from algorithms.errors import ConfigError
@@ -225,10 +223,18 @@ def _design(pos: torch.Tensor, neg: torch.Tensor) -> np.ndarray:
                            -neg.detach().to("cpu", torch.float64).numpy()], axis=0)
 
 
+def _expit(z: np.ndarray) -> np.ndarray:
+    # scipy is imported where it is first used: only fedaux fits scoring weights, and every process that imports the
+    # algorithms (each actor) would otherwise pay scipy's 0.3 s import
+    from scipy.special import expit
+
+    return expit(z)
+
+
 def _objective(w: np.ndarray, tx: np.ndarray, lam: float) -> tuple[float, np.ndarray]:
     z = tx @ w
     value = float(np.mean(np.logaddexp(0.0, -z))) + 0.5 * lam * float(w @ w)
-    grad = -(tx.T @ expit(-z)) / tx.shape[0] + lam * w
+    grad = -(tx.T @ _expit(-z)) / tx.shape[0] + lam * w
     return value, grad
 
 
@@ -259,7 +265,7 @@ def _newton_polish(w: np.ndarray, tx: np.ndarray, lam: float, tol: float, steps:
     for _ in range(steps):
         if gnorm <= tol:
             break
-        p = expit(tx @ w)
+        p = _expit(tx @ w)
         hess = (tx.T * (p * (1.0 - p))) @ tx / tx.shape[0] + lam * np.eye(h)
         w_new = w - np.linalg.solve(hess, grad)
         _, grad_new = _objective(w_new, tx, lam)
@@ -307,6 +313,8 @@ def fit_scoring_weights(pos: torch.Tensor, neg: torch.Tensor, lam: float, tol: f
         if largest > 1.0 + _NORM_SLACK:
             raise ValueError(f"pos, neg: every feature must have ‖x‖ ≤ 1 (divide by γ first, "
                              f"see normalise_features); the largest norm is {largest:.6g}")
+    from scipy.optimize import minimize  # see _expit
+
     with _single_threaded_blas():
         result = minimize(_objective, np.zeros(tx.shape[1]), args=(tx, lam), method="L-BFGS-B", jac=True,
                           options={"maxiter": max_iter, "gtol": float(tol), "ftol": 0.0, "maxcor": 20})

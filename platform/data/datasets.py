@@ -195,12 +195,31 @@ def _how(cls_expr: str, name: str) -> str:
 
 # --- embedded ---------------------------------------------------------------------------------------------
 
-def _digits_arrays():
-    from sklearn.datasets import load_digits
+def _digits_images_and_labels() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as ``load_digits()`` returns them (``images`` [1797, 8, 8] float64, ``target``), read
+    from the file it bundles (``sklearn/datasets/data/digits.csv.gz``) exactly as it reads it, without importing
+    scikit-learn: its import (scipy, joblib, ...) took 0.9 s of every run on digits, against 0.02 s for the file.
+    Where that file is not found, through ``load_digits``."""
+    import gzip
+    from importlib.util import find_spec
 
-    bunch = load_digits()
-    x = (bunch.images.astype(np.float32) / 16.0)[:, None, :, :]
-    y = bunch.target.astype(np.int64)
+    spec = find_spec("sklearn")  # finds the package without importing it
+    path = (os.path.join(spec.submodule_search_locations[0], "datasets", "data", "digits.csv.gz")
+            if spec is not None and spec.submodule_search_locations else None)
+    if path is None or not os.path.isfile(path):
+        from sklearn.datasets import load_digits
+
+        bunch = load_digits()
+        return bunch.images, bunch.target
+    with open(path, "rb") as compressed:
+        data = np.loadtxt(gzip.open(compressed, mode="rt", encoding="utf-8"), delimiter=",")
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int, copy=False)
+
+
+def _digits_arrays():
+    images, target = _digits_images_and_labels()
+    x = (images.astype(np.float32) / 16.0)[:, None, :, :]
+    y = target.astype(np.int64)
     rng = np.random.RandomState(DIGITS_SPLIT_SEED)
     test_idx = []
     for c in range(10):

@@ -88,9 +88,21 @@ class SharedData:
         return {a: self.pretrained[pretrained_key(config, a)] for a in architectures_of(config)}
 
 
-def share_dataset(config, cache=None) -> SharedData:
+@dataclass(frozen=True)
+class LocalData:
+    """What :func:`share_dataset` puts in the object store, still in this process (:func:`load_shared_data`)."""
+
+    train: object  # ArrayDataset: the clients' training pool (without the public and the server's validation split)
+    test: object  # ArrayDataset
+    public_x: Optional[np.ndarray] = None
+    public_samples: Optional[np.ndarray] = None
+    val: Optional[tuple] = None  # the server's validation split (x, y)
+
+
+def load_shared_data(config, cache=None) -> LocalData:
     """Load the config's dataset, take its public split (if any) and the server's validation split from the
-    training pool (never from the test set), and put them in the object store once.
+    training pool (never from the test set): all of :func:`share_dataset` but the object store. Needs no Ray, so a
+    command can do it while its Ray instance starts (platform.run).
 
     Both splits are part of the shared data, so they are the same for every seed of a sweep (seeded by the
     base config's partition stream; the spec's ``first_half`` public split does not depend on any seed; the
@@ -98,19 +110,28 @@ def share_dataset(config, cache=None) -> SharedData:
     is read from or stored in (None: generated here, not stored).
     """
     train, test = load_dataset(config.dataset)
-    public_ref = val_ref = samples = None
+    public_x = val = samples = None
     if config.public.source != "none":
         split = take_public(train, config.public, config.stream_seed("partition"), config.dataset, cache=cache)
-        train, samples = split.local, split.samples
-        public_ref = ray.put(split.x)
+        train, public_x, samples = split.local, split.x, split.samples
         del split
     if config.server.val_fraction > 0:
-        keep, val = server_validation_split(train.y, config.server.val_fraction, config.stream_seed("partition"))
-        val_ref = ray.put((np.ascontiguousarray(train.x[val]), train.y[val]))
+        keep, held = server_validation_split(train.y, config.server.val_fraction, config.stream_seed("partition"))
+        val = (np.ascontiguousarray(train.x[held]), train.y[held])
         train = _subset(train, keep)
-    return SharedData(config.dataset, ray.put((train.x, train.y)), ray.put((test.x, test.y)), train.y,
+    return LocalData(train, test, public_x, samples, val)
+
+
+def share_dataset(config, cache=None, loaded: Optional[LocalData] = None) -> SharedData:
+    """Put the config's data (:func:`load_shared_data`; ``loaded``: what it returned for this config, else it is
+    called now) in the object store once."""
+    data = loaded if loaded is not None else load_shared_data(config, cache)
+    train = data.train
+    public_ref = None if data.public_x is None else ray.put(data.public_x)
+    val_ref = None if data.val is None else ray.put(data.val)
+    return SharedData(config.dataset, ray.put((train.x, train.y)), ray.put((data.test.x, data.test.y)), train.y,
                       train.input_shape, train.num_classes, train.groups, train.coarse_y, config.public, public_ref,
-                      config.server.val_fraction, val_ref, public_samples=samples)
+                      config.server.val_fraction, val_ref, public_samples=data.public_samples)
 
 
 class InProcess:
@@ -507,4 +528,5 @@ def replicate_over_seeds(config, seeds) -> list:
     return [dataclasses.replace(config, seed=int(s)) for s in seeds]
 
 
-__all__ = ["Federation", "SharedData", "SLIVER_CPU", "WarmActors", "replicate_over_seeds", "share_dataset"]
+__all__ = ["Federation", "LocalData", "SharedData", "SLIVER_CPU", "WarmActors", "load_shared_data",
+           "replicate_over_seeds", "share_dataset"]

@@ -70,3 +70,33 @@ def test_heterogeneous_clients_get_their_architecture_and_keep_state(recorder):
     second = pool.train({}, [1, 2], 1, states={1: first.states[1], 2: first.states[2]})
     assert [u.metrics["visits"] for u in second.updates] == [2, 2]
     assert first.states[1] == {"visits": 1}  # the pool works on a copy of what it was given
+
+
+def test_a_new_client_pool_imports_torch_dynamo_in_the_background_and_trains_after_it():
+    """A client actor starts local training's first import (torch._dynamo, ~1.3 s) when it is created, in a thread;
+    its first training waits for that import and trains as usual. In a fresh process, as an actor's is."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    script = (
+        "import sys, numpy as np\n"
+        "from platform.config import load_experiment\n"
+        "from platform.data import load_dataset\n"
+        "from platform.runtime import actors\n"
+        "config = load_experiment({'algorithm': {'name': 'fedavg'}, 'rounds': 1,\n"
+        "                          'clients': {'num_clients': 2, 'clients_per_round': 2}})\n"
+        "train, _ = load_dataset(config.dataset)\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+        "pool = actors.ClientPool(config, (train.x, train.y), {0: np.arange(20), 1: np.arange(20, 40)},\n"
+        "                         train.input_shape, train.num_classes)\n"
+        "assert [t.name for t in actors._WARMING] == ['import-torch-dynamo'], actors._WARMING\n"
+        "from algorithms.common import get_flat_weights\n"
+        "payload = {'weights': get_flat_weights(pool.models[config.model.name])}\n"
+        "result = pool.train(payload, [0, 1], 0, reduce=False)\n"
+        "assert not actors._WARMING[0].is_alive() and 'torch._dynamo' in sys.modules\n"
+        "print(len(result.updates))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2", done.stdout
