@@ -88,6 +88,7 @@ def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str,
 
     from platform.runtime.federation import share_dataset
     from platform.runtime.placement import trial_bundles
+    from platform.run_schema import round_metrics
     from platform.sweep import _make_scheduler, _make_searcher
     from platform.search_space import grid_points
 
@@ -113,7 +114,8 @@ def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str,
                                              shared=shared))
     trainable = tune.with_resources(
         tune.with_parameters(timed_sweep_trial, base=space.base, seeds=space.seeds, shared=shared,
-                             checkpoint_every=0, cache_root=cache_root, use_cache=True),
+                             checkpoint_every=0, cache_root=cache_root, use_cache=True,
+                             search_metrics=tuple(space.search.metrics)),
         tune.PlacementGroupFactory(trial_bundles(base_config.resources)))
     search = space.search
     param_space = {"params": tune.grid_search(grid_points(space))} if search.searcher == "grid" else None
@@ -132,7 +134,7 @@ def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str,
             raise RuntimeError(f"trial failed: {r.error}")
         # the first report holds the marks of the first round (later reports repeat them)
         first = r.metrics_dataframe.iloc[0].to_dict() if r.metrics_dataframe is not None else r.metrics
-        results.append({**first, "trial_id": r.metrics.get("trial_id")})
+        results.append({**round_metrics(first), "trial_id": r.metrics.get("trial_id")})
     return driver_marks, results
 
 
