@@ -82,7 +82,8 @@ from algorithms.common.certainty import (DEFAULT_XI, FEATURE_NORM_MODES, certain
                                          public_normalisation_scale)
 from algorithms.common.params import spec
 from algorithms.errors import ConfigError
-from algorithms.feddf import PREDICT_BATCH, FedDF, FedDFHyperparams
+from algorithms.common.evaluation import inference_batch_size
+from algorithms.feddf import FedDF, FedDFHyperparams
 
 SCORING_STAGE = "fedaux_scoring"
 FEATURES_STAGE = "fedaux_distill_features"
@@ -132,8 +133,10 @@ class FedAUXHyperparams(FedDFHyperparams):
 
 @torch.no_grad()
 def extract_features(features: nn.Module, x: torch.Tensor, device: torch.device,
-                     batch_size: int = PREDICT_BATCH) -> torch.Tensor:
-    """h_0(x) in eval mode, batched, float32 on the CPU, [N, H]."""
+                     batch_size: int | None = None) -> torch.Tensor:
+    """h_0(x) in eval mode, batched, float32 on the CPU, [N, H]; in batches of ``batch_size`` (default:
+    :func:`~algorithms.common.evaluation.inference_batch_size`)."""
+    batch_size = batch_size or inference_batch_size(features, x[:1].to(device))
     features.eval()
     out = [features(x[i:i + batch_size].to(device)).flatten(1).float().cpu() for i in range(0, len(x), batch_size)]
     if not out:

@@ -78,6 +78,7 @@ from torch import nn
 from algorithms.base import (Algorithm, ClientContext, ClientUpdate, GlobalWeights, Metric, ServerContext,
                              ServerState, register, weights_for)
 from algorithms.common import evaluate, get_flat_weights, set_flat_weights, train_local
+from algorithms.common.evaluation import inference_batch_size
 from algorithms.common.distillation import distill, kl_soft, logit_norm, weighted_logit_ensemble
 from algorithms.common.params import spec
 from algorithms.errors import ConfigError
@@ -85,7 +86,6 @@ from algorithms.fedavg import FedAvg
 
 BN_MODES = ("train", "eval")
 STEP_SCHEDULES = ("constant", "cosine_restart")
-PREDICT_BATCH = 1024  # batch for client predictions on the public pool; no effect on results
 
 
 @dataclass(frozen=True)
@@ -147,8 +147,10 @@ class FedDFHyperparams:
 
 
 @torch.no_grad()
-def predict_logits(model: nn.Module, x: torch.Tensor, batch_size: int = PREDICT_BATCH) -> torch.Tensor:
-    """f(x), raw logits in eval mode, float32 on the CPU, [N, C]."""
+def predict_logits(model: nn.Module, x: torch.Tensor, batch_size: int | None = None) -> torch.Tensor:
+    """f(x), raw logits in eval mode, float32 on the CPU, [N, C]; in batches of ``batch_size`` (default:
+    :func:`~algorithms.common.evaluation.inference_batch_size`)."""
+    batch_size = batch_size or inference_batch_size(model, x)
     model.eval()
     out = [model(x[i:i + batch_size]).float().cpu() for i in range(0, len(x), batch_size)]
     return torch.cat(out) if out else torch.empty(0, 0)
@@ -322,8 +324,8 @@ class FedDF(Algorithm):
             set_flat_weights(model, best["weights"])
         model.eval()
         with torch.no_grad():
-            predicted = torch.cat([model(x[i:i + PREDICT_BATCH]).argmax(dim=1)
-                                   for i in range(0, len(x), PREDICT_BATCH)])
+            step = inference_batch_size(model, x)
+            predicted = torch.cat([model(x[i:i + step]).argmax(dim=1) for i in range(0, len(x), step)])
         info = {"loss": loss, "agreement": float((predicted == teacher.argmax(dim=1)).double().mean()),
                 "optimizer": None if hp.reset_optimizer else copy.deepcopy(optimizer.state_dict())}
         if best:

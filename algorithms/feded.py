@@ -107,6 +107,7 @@ from torch import nn
 from algorithms.base import Algorithm, ClientContext, ClientUpdate, Metric, ServerContext, ServerState, register
 from algorithms.common import LocalTraining, get_flat_weights, set_flat_weights, train_local
 from algorithms.common.distillation import DISTILLATION_LOSSES, distill, distillation_loss
+from algorithms.common.evaluation import inference_batch_size
 from algorithms.errors import ConfigError
 from algorithms.models import AUTOENCODERS, build_autoencoder
 from algorithms.common.params import spec
@@ -119,7 +120,7 @@ THESIS_STUDENT_EPOCHS = {"w0": 30, "w1": 30, "w2": 100, "mean": 30}
 #: ε in the w1 denominator Σ_k N_k^c + ε in the reference code (spec/feded.md §2.5 [code]); 0 = eq. 3.2.
 REFERENCE_W1_EPSILON = 1e-3
 AUTOENCODER_CHOICES = ("auto", *AUTOENCODERS)
-PREDICT_BATCH = 1024  # B_public: batch for predictions and AE scores; no effect on results (§3)
+AE_SCORE_BATCH = 1024  # autoencoder scores' batch (predictions: inference_batch_size); no effect on results (§3)
 MAX_AE_INPUT_SCALE = 16
 
 
@@ -285,8 +286,10 @@ class FedEDHyperparams:
 # ---------------------------------------------------------------------------------------------------------------
 
 @torch.no_grad()
-def predict_probs(model: nn.Module, x: torch.Tensor, batch_size: int = PREDICT_BATCH) -> torch.Tensor:
-    """softmax(f(x)) (τ = 1, §1 [code]) in eval mode, float32 on the CPU, [N, C]."""
+def predict_probs(model: nn.Module, x: torch.Tensor, batch_size: int | None = None) -> torch.Tensor:
+    """softmax(f(x)) (τ = 1, §1 [code]) in eval mode, float32 on the CPU, [N, C]; in batches of ``batch_size``
+    (default: :func:`~algorithms.common.evaluation.inference_batch_size`)."""
+    batch_size = batch_size or inference_batch_size(model, x)
     model.eval()
     out = [F.softmax(model(x[i:i + batch_size]).float(), dim=1).cpu() for i in range(0, len(x), batch_size)]
     return torch.cat(out) if out else torch.empty(0, 0)
@@ -298,7 +301,7 @@ def _upscale(x: torch.Tensor, scale: int) -> torch.Tensor:
 
 @torch.no_grad()
 def reconstruction_losses(ae: nn.Module, x: torch.Tensor, scale: int = 1,
-                          batch_size: int = PREDICT_BATCH) -> torch.Tensor:
+                          batch_size: int = AE_SCORE_BATCH) -> torch.Tensor:
     """l(x) = mean over C·H·W of (AE(x) − x)² per sample (eq. 3.3), in eval mode, float32 on the CPU, [N]."""
     ae.eval()
     out = [ae.per_sample_loss(_upscale(x[i:i + batch_size], scale)).float().cpu()
@@ -528,8 +531,8 @@ class FedED(Algorithm):
         if n_train < size:
             with torch.no_grad():
                 student.eval()
-                predicted = torch.cat([student(x[i:i + PREDICT_BATCH]).argmax(dim=1)
-                                       for i in range(n_train, size, PREDICT_BATCH)])
+                step = inference_batch_size(student, x)
+                predicted = torch.cat([student(x[i:i + step]).argmax(dim=1) for i in range(n_train, size, step)])
             metrics["student_val_agreement"] = float((predicted == teacher[n_train:].argmax(dim=1)).double().mean())
         metrics.update(self.ensemble_metrics(active, ctx.test_y))
         student.eval()

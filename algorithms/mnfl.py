@@ -114,12 +114,12 @@ from algorithms.common import evaluate, get_flat_weights, set_flat_weights, trai
 from algorithms.common.coefficients import (EPS, coefficient_step, personalised_targets,
                                             uniform_coefficients)
 from algorithms.common.distillation import distill, distillation_loss
+from algorithms.common.evaluation import inference_batch_size
 from algorithms.common.params import spec
 from algorithms.errors import ConfigError
 
 C_UPDATE_ORDERS = ("after_distill_refresh", "after_distill_reuse", "before_distill")
 BN_MODES = ("train", "eval")
-PREDICT_BATCH = 1024  # batch for predictions on the public pool; no effect on results
 
 
 @dataclass(frozen=True)
@@ -317,8 +317,9 @@ class MNFL(Algorithm):
     def _predict(self, model, x: torch.Tensor) -> torch.Tensor:
         """softmax(f(x)/T) in eval mode, float32 on the CPU (§2.2 B, §8)."""
         model.eval()
-        out = [F.softmax(model(x[i:i + PREDICT_BATCH]).float() / self.hp.temperature, dim=1).cpu()
-               for i in range(0, len(x), PREDICT_BATCH)]
+        step = inference_batch_size(model, x)
+        out = [F.softmax(model(x[i:i + step]).float() / self.hp.temperature, dim=1).cpu()
+               for i in range(0, len(x), step)]
         return torch.cat(out)
 
     def _distill(self, payload: dict, client: ClientContext, tensors: dict, metrics: dict) -> None:

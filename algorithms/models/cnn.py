@@ -15,6 +15,7 @@ from __future__ import annotations
 from torch import nn
 
 from algorithms.models.base import Classifier, flat_dim, register
+from algorithms.models.pooling import MaxPool2d
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -25,8 +26,8 @@ def _small_cnn(input_shape: tuple[int, ...], num_classes: int) -> Classifier:
     """Two 3×3 conv blocks (16, 32 channels) with 2×2 max-pooling, then a linear head. Sized for 8×8 digits."""
     channels, height, width = input_shape
     features = nn.Sequential(
-        nn.Conv2d(channels, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(channels, 16, 3, padding=1), nn.ReLU(), MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), MaxPool2d(2),
         nn.Flatten(),
     )
     dim = flat_dim(features, input_shape)
@@ -55,7 +56,7 @@ def one_conv_cnn(input_shape: tuple[int, ...], num_classes: int, channels: int) 
     in_ch = input_shape[0]
     features = nn.Sequential(
         nn.Conv2d(in_ch, channels, 5, stride=1, padding=2), nn.ReLU(),
-        nn.MaxPool2d(4, stride=4),
+        MaxPool2d(4, stride=4),
         nn.Flatten(),
     )
     return Classifier(features, nn.Linear(flat_dim(features, input_shape), num_classes))
@@ -106,8 +107,8 @@ def _emnist_cnn3(input_shape, num_classes):
     """
     in_ch = input_shape[0]
     features = nn.Sequential(
-        nn.Conv2d(in_ch, 8, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, 2),
-        nn.Conv2d(8, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, 2),
+        nn.Conv2d(in_ch, 8, 5, padding=2), nn.ReLU(), MaxPool2d(2, 2),
+        nn.Conv2d(8, 16, 5, padding=2), nn.ReLU(), MaxPool2d(2, 2),
         nn.Flatten(),
     )
     return Classifier(features, nn.Linear(flat_dim(features, input_shape), num_classes))
@@ -132,7 +133,7 @@ def _leaf_cnn(input_shape, num_classes):
     """
     in_ch = input_shape[0]
     conv1, conv2 = nn.Conv2d(in_ch, 32, 3), nn.Conv2d(32, 64, 3)
-    trunk = nn.Sequential(conv1, nn.ReLU(), conv2, nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(0.25), nn.Flatten())
+    trunk = nn.Sequential(conv1, nn.ReLU(), conv2, nn.ReLU(), MaxPool2d(2), nn.Dropout(0.25), nn.Flatten())
     dense1 = nn.Linear(flat_dim(trunk, input_shape), 128)
     dense2 = nn.Linear(128, num_classes)
     for layer in (conv1, conv2, dense1):
@@ -149,8 +150,8 @@ def _fedkp_mnist_cnn(input_shape, num_classes):
     Conv32(5×5,p2) → ReLU → MaxPool2 → Flatten(1568) → Linear(C); 28,938 params on 1×28×28, 10 classes."""
     in_ch = input_shape[0]
     features = nn.Sequential(
-        nn.Conv2d(in_ch, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(in_ch, 16, 5, padding=2), nn.ReLU(), MaxPool2d(2),
+        nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), MaxPool2d(2),
         nn.Flatten(),
     )
     return Classifier(features, nn.Linear(flat_dim(features, input_shape), num_classes))
@@ -161,7 +162,7 @@ def _fedkp_mnist_lite(input_shape, num_classes):
     """FedKP "MNIST_Model_lite", the net the main MNIST runs actually used (spec/fedkp_fedpa.md §8.2 [code]):
     Conv10(5×5, no pad) → ReLU → MaxPool(4) → Flatten(360) → Linear(C); 3,870 params on 1×28×28, 10 classes."""
     in_ch = input_shape[0]
-    features = nn.Sequential(nn.Conv2d(in_ch, 10, 5), nn.ReLU(), nn.MaxPool2d(4), nn.Flatten())
+    features = nn.Sequential(nn.Conv2d(in_ch, 10, 5), nn.ReLU(), MaxPool2d(4), nn.Flatten())
     return Classifier(features, nn.Linear(flat_dim(features, input_shape), num_classes))
 
 
@@ -176,8 +177,8 @@ def _fedavg_cnn(input_shape, num_classes):
     matching the spec's ≈1.66M / ≈2.16M (§7). Features are the 512-d hidden layer."""
     in_ch = input_shape[0]
     trunk = nn.Sequential(
-        nn.Conv2d(in_ch, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(in_ch, 32, 5, padding=2), nn.ReLU(), MaxPool2d(2),
+        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), MaxPool2d(2),
         nn.Flatten(),
     )
     features = nn.Sequential(*trunk, nn.Linear(flat_dim(trunk, input_shape), 512), nn.ReLU())
@@ -196,8 +197,8 @@ def _lenet(input_shape, num_classes):
     """
     in_ch = input_shape[0]
     trunk = nn.Sequential(
-        nn.Conv2d(in_ch, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(in_ch, 6, 5), nn.ReLU(), MaxPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), MaxPool2d(2),
         nn.Flatten(),
     )
     features = nn.Sequential(*trunk, nn.Linear(flat_dim(trunk, input_shape), 120), nn.ReLU(),
@@ -219,11 +220,11 @@ def _alexnet(input_shape, num_classes):
     """
     in_ch = input_shape[0]
     trunk = nn.Sequential(
-        nn.Conv2d(in_ch, 64, 3, stride=2, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-        nn.Conv2d(64, 192, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+        nn.Conv2d(in_ch, 64, 3, stride=2, padding=1), nn.ReLU(inplace=True), MaxPool2d(2),
+        nn.Conv2d(64, 192, 3, padding=1), nn.ReLU(inplace=True), MaxPool2d(2),
         nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(inplace=True),
         nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(inplace=True),
-        nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+        nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(inplace=True), MaxPool2d(2),
         nn.Flatten(),
     )
     features = nn.Sequential(

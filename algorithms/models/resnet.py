@@ -17,6 +17,7 @@ from __future__ import annotations
 from torch import nn
 
 from algorithms.models.base import Classifier, register
+from algorithms.models.pooling import MaxPool2d
 
 
 def _kaiming_conv(conv: nn.Conv2d) -> nn.Conv2d:
@@ -31,8 +32,10 @@ def _torchvision_resnet_classifier(tv_model, in_channels: int, num_classes: int,
     if cifar_stem:
         tv_model.conv1 = _kaiming_conv(nn.Conv2d(in_channels, 64, 3, stride=1, padding=1, bias=False))
         tv_model.maxpool = nn.Identity()
-    elif in_channels != 3:
-        tv_model.conv1 = _kaiming_conv(nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False))
+    else:
+        tv_model.maxpool = MaxPool2d(3, stride=2, padding=1)  # torchvision's stem pool: same results, faster on a CPU
+        if in_channels != 3:
+            tv_model.conv1 = _kaiming_conv(nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False))
     features = nn.Sequential(
         tv_model.conv1, tv_model.bn1, tv_model.relu, tv_model.maxpool,
         tv_model.layer1, tv_model.layer2, tv_model.layer3, tv_model.layer4,
