@@ -89,18 +89,21 @@ class DefineByRun:
         self.parameters = parameters
 
     def __call__(self, trial) -> None:
+        import optuna
+
+        from platform.study_segments import distributions
+
         chosen: dict = {}
-        for key, dist in self.parameters.items():
-            if not dist.applies(chosen):
+        # one mapping from the space's kinds to Optuna's distributions, shared with a later segment's warm start
+        for key, made in distributions(self.parameters).items():
+            if not self.parameters[key].applies(chosen):
                 continue
-            if dist.kind == "uniform":
-                chosen[key] = trial.suggest_float(key, *dist.args)
-            elif dist.kind == "loguniform":
-                chosen[key] = trial.suggest_float(key, *dist.args, log=True)
-            elif dist.kind == "int":
-                chosen[key] = trial.suggest_int(key, *dist.args)
+            if isinstance(made, optuna.distributions.FloatDistribution):
+                chosen[key] = trial.suggest_float(key, made.low, made.high, log=made.log)
+            elif isinstance(made, optuna.distributions.IntDistribution):
+                chosen[key] = trial.suggest_int(key, made.low, made.high, log=made.log)
             else:
-                chosen[key] = trial.suggest_categorical(key, list(dist.args))
+                chosen[key] = trial.suggest_categorical(key, list(made.choices))
         return None
 
 
@@ -517,6 +520,8 @@ def _fit_study(trainable, space, base_config, parent_dir: str, name: str, callba
         if len(segments) > 1:
             log(f"experiment {segment.number}/{len(segments)} of this study: {segment.trials} trial(s)", flush=True)
         if tune.Tuner.can_restore(path, storage_filesystem=filesystem):
+            log(f"resuming {'this study' if len(segments) == 1 else f'experiment {segment.number}'} from its Tune "
+                f"state", flush=True)
             tuner = tune.Tuner.restore(path, trainable, resume_unfinished=True, resume_errored=True,
                                        storage_filesystem=filesystem)
             callback = _adopt_callback(tuner, callback)
@@ -888,13 +893,10 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
                answer) -> str:
     """Run every scenario cell's study in turn (skipping, on --resume, the cells that finished), then report one
     best trial (or Pareto front) per cell. Returns the parent run's status."""
-    from ray import tune
-
     from platform.optuna_store import StudyRecorder
     from platform.search_space import cell_label
     from platform.pretrain import prepare_pretrained, sweep_pretrain_configs
     from platform.runtime.federation import share_dataset
-    from platform.storage import tune_storage
     from platform.sweep_callback import MlflowSweepCallback
     from platform.tracking import log_patch_samples
 
@@ -934,10 +936,8 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
                                        study=StudyRecorder(args.optuna_url, answer.studies[index],
                                                            cell_space.search.objectives, cell_space.parameters))
         trainable = _trainable(cell_space, config, shared, args)
-        cell_path, filesystem = tune_storage(_join(sweep_dir, _cell_dir_name(index)))
-        restoring = tune.Tuner.can_restore(cell_path, storage_filesystem=filesystem)
         log(f"\ncell {number}/{len(cells)}: {label}: {expected} trial(s), searcher {cell_space.search.searcher}, "
-            f"sampler seed {cell_space.search.sampler_seed}{', resumed' if restoring else ''}", flush=True)
+            f"sampler seed {cell_space.search.sampler_seed}", flush=True)
         try:
             grid, callback = _fit_study(trainable, cell_space, config, sweep_dir, _cell_dir_name(index), callback,
                                         log=log)

@@ -117,6 +117,8 @@ def test_interrupted_sweep_resumes_without_duplicate_rounds(tracking_uri, tmp_pa
     resumed = run_cli("platform.sweep", *hint_args, cwd=str(elsewhere), timeout=480)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "experiment 1/3" not in resumed.stdout and "experiment 3/3" in resumed.stdout
+    assert "resuming experiment 2 from its Tune state" in resumed.stdout
+    assert "resuming experiment 3" not in resumed.stdout  # a fresh experiment, not a restore
     client, runs = mlflow_runs(uri, "resumable")
     assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
     for child in (r for r in runs if "mlflow.parentRunId" in r.data.tags):
