@@ -28,7 +28,8 @@ INFERENCE_CASES = [("cnn", (1, 8, 8), 360), ("lenet", (3, 32, 32), 1000), ("leaf
 FIXED_BATCHES = (1024, 256, 64, 32, 16)
 
 
-def _with_plain_pools(model):
+def with_plain_pools(model):
+    """A copy of ``model`` with each of its ``MaxPool2d`` replaced by a plain ``nn.MaxPool2d`` (the comparison)."""
     from torch import nn
 
     from algorithms.models.pooling import MaxPool2d
@@ -62,7 +63,7 @@ def pooling(repeats: int) -> list[list]:
     for name, shape, batch in POOLING_CASES:
         torch.manual_seed(0)
         fast = build_model(name, shape, 10)
-        plain = _with_plain_pools(fast)
+        plain = with_plain_pools(fast)
         x, y = torch.randn(batch, *shape), torch.randint(0, 10, (batch,))
         x_eval = torch.randn(360, *shape)
         result = {}

@@ -1,6 +1,4 @@
 """algorithms.models.pooling.MaxPool2d gives exactly nn.MaxPool2d's outputs and gradients, through its fast path."""
-import copy
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -9,6 +7,7 @@ from torch.func import functional_call, grad, vmap
 
 from algorithms.models import build_model
 from algorithms.models.pooling import FAST_MIN_ELEMENTS, MaxPool2d
+from benchmarks.cpu_kernels import with_plain_pools
 
 POOLS = [dict(kernel_size=2), dict(kernel_size=4, stride=4), dict(kernel_size=3, stride=2, padding=1),
          dict(kernel_size=2, ceil_mode=True), dict(kernel_size=3, stride=1, dilation=2)]
@@ -19,16 +18,6 @@ def _input(shape, seed=0):
     x = torch.randn(*shape, generator=g)
     # ties everywhere: ReLU zeros, and values rounded to a coarse grid
     return torch.where(x > 0, torch.round(x * 2) / 2, torch.zeros(()))
-
-
-def _plain_twin(model: nn.Module) -> nn.Module:
-    twin = copy.deepcopy(model)
-    for module in list(twin.modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, MaxPool2d):
-                setattr(module, name, nn.MaxPool2d(child.kernel_size, child.stride, child.padding, child.dilation,
-                                                   child.return_indices, child.ceil_mode))
-    return twin
 
 
 @pytest.mark.parametrize("kwargs", POOLS)
@@ -63,7 +52,7 @@ def test_a_training_step_of_leaf_cnn_is_bit_identical_to_nn_maxpool():
     torch.manual_seed(0)
     model = build_model("leaf_cnn", (3, 32, 32), 10)
     assert any(isinstance(m, MaxPool2d) for m in model.modules())
-    twin = _plain_twin(model)
+    twin = with_plain_pools(model)
     x, y = torch.randn(10, 3, 32, 32), torch.randint(0, 10, (10,))
     for net in (model, twin):
         opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
@@ -80,7 +69,7 @@ def test_per_client_gradients_under_vmap_are_bit_identical():
     """As the batched clients train (algorithms.common.batched_training): vmap over stacked parameters."""
     torch.manual_seed(0)
     model = build_model("fedkp_mnist_cnn", (1, 28, 28), 10)
-    twin = _plain_twin(model)
+    twin = with_plain_pools(model)
     clients = 3
     params = {k: v.detach() + 0.01 * torch.randn(clients, *v.shape) for k, v in model.named_parameters()}
     x, y = torch.randn(clients, 32, 1, 28, 28), torch.randint(0, 10, (clients, 32))
