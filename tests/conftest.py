@@ -9,6 +9,32 @@ import sys
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+E2E_DIR = os.path.join(REPO_ROOT, "tests", "e2e")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups into the test ids
+def pytest_collection_modifyitems(config, items):
+    """The suite runs on two pytest-xdist workers (``-n 2 --dist loadgroup``: pyproject's addopts), each test where a
+    worker is free, except for the tests that must run one after another in one process (an ``xdist_group``):
+
+    - every e2e test (``tests/e2e``): they share one two-node cluster (a package fixture), the node-loss test last;
+    - the tests of a module that share a module-scoped fixture of that module (a sweep, a browser, a run), which
+      would otherwise be built once on each worker.
+
+    Nothing else needs to be kept apart: the tests that look at processes look only at their own (the descendants of
+    a command they started, of their worker's Ray instance, or a cluster's own temp dir), every Ray instance a test
+    starts is a new local one (``address="local"``; a cluster's ``ray start`` keeps its address file in its own
+    temp dir), each worker has its own tmp_path tree, MLflow store template and S3 server, and the results cache
+    writes whole files under per-key locks."""
+    for item in items:
+        if str(item.path).startswith(E2E_DIR + os.sep):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
+            continue
+        module = getattr(item, "module", None)
+        fixturedefs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        if module is not None and any(d.scope in ("module", "package") and d.func.__module__ == module.__name__
+                                      for defs in fixturedefs.values() for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 @pytest.fixture(scope="module")
