@@ -18,6 +18,10 @@ from tests.conftest import process_cmdlines
 
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 WORKER_RESOURCE = "fedsweep_e2e_worker"  # a custom resource only the worker node has: names its raylet
+# Each node's dashboard agent serves HTTP (the head's takes `ray job submit`'s jobs) on a port of its own: `ray start`
+# gives every node 52365, and an agent that finds it taken (the other node's agent, started first; another cluster on
+# this machine) stays up without HTTP, so the job server answers "No available agent to submit job" for good.
+AGENT_PORT = "--dashboard-agent-listen-port=0"
 
 
 def free_port() -> int:
@@ -92,7 +96,7 @@ def two_node_cluster(s3_server):
     gcs_port, dashboard_port = free_port(), free_port()
     try:
         head = ray_cli("start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
-                       "--dashboard-host=127.0.0.1", "--num-cpus=1", "--object-store-memory=300000000",
+                       "--dashboard-host=127.0.0.1", AGENT_PORT, "--num-cpus=1", "--object-store-memory=300000000",
                        f"--temp-dir={temp_dir}", "--disable-usage-stats", env=env)
         assert head.returncode == 0, head.stdout + head.stderr
         cluster = {"env": env, "address": f"http://127.0.0.1:{dashboard_port}", "gcs_address": f"127.0.0.1:{gcs_port}",
@@ -119,7 +123,7 @@ def cluster(two_node_cluster):
 
 def _start_worker(cluster: dict) -> None:
     """A worker node (1 CPU, the custom resource that names its raylet) joins ``cluster``; waits until it is alive."""
-    worker = ray_cli("start", f"--address={cluster['gcs_address']}", "--num-cpus=1",
+    worker = ray_cli("start", f"--address={cluster['gcs_address']}", AGENT_PORT, "--num-cpus=1",
                      "--object-store-memory=300000000", f'--resources={{"{WORKER_RESOURCE}": 1}}', env=cluster["env"])
     assert worker.returncode == 0, worker.stdout + worker.stderr
     _wait(lambda: _alive_nodes(cluster["address"], cluster["env"]) == 2, "the worker node did not join")
