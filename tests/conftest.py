@@ -10,6 +10,66 @@ import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# The suite runs on two pytest-xdist workers (pyproject's addopts: ``-n 2 --dist loadgroup``), each test sent to a
+# worker as one is free, except for the tests that must run one after another in one process: they form one unit of
+# work (an xdist "scope") that one worker runs in collection order. pytest-xdist's own ``xdist_group`` marks do not
+# work with pytest 9 (xdist 3.8 renames the test ids through an attribute pytest 9 no longer reads), and the controller
+# process that hands out the work never collects the tests, so the units are told from the test ids here:
+#
+# - every e2e test (``tests/e2e``): they share one two-node cluster (a package fixture), the node-loss test last;
+# - the tests of a module that defines a module- or package-scoped fixture (a sweep, a browser, a run shared by its
+#   tests), which would otherwise be built once on each worker.
+#
+# Nothing else needs to be kept apart: the tests that look at processes look only at their own (the descendants of a
+# command they started or of their worker's Ray instance, or a cluster's own temp dir), every Ray instance a test or
+# a command starts is a new local one (``address="local"``; the e2e cluster's ``ray start`` keeps its address file in
+# its own temp dir), each worker has its own tmp_path tree, MLflow store template and S3 server, and the stage cache
+# writes whole files under per-key locks.
+E2E_TESTS = "tests/e2e/"
+
+
+def _defines_a_shared_fixture(path: str) -> bool:
+    """True if the test module at ``path`` (relative to the repository) declares ``@pytest.fixture(scope="module")``
+    (or ``"package"``): read, not imported (the controller imports no test module)."""
+    import ast
+
+    try:
+        with open(os.path.join(REPO_ROOT, path)) as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for decorator in node.decorator_list:
+                if isinstance(decorator, ast.Call) and any(
+                        k.arg == "scope" and isinstance(k.value, ast.Constant) and k.value.value in ("module", "package")
+                        for k in decorator.keywords):
+                    return True
+    return False
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: only with the `test` extra installed
+def pytest_xdist_make_scheduler(config, log):
+    """With ``--dist loadgroup`` (the default here), the units of work described above."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from functools import lru_cache
+
+    from xdist.scheduler import LoadGroupScheduling
+
+    shared = lru_cache(maxsize=None)(_defines_a_shared_fixture)
+
+    class SuiteScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if path.startswith(E2E_TESTS):
+                return E2E_TESTS
+            if shared(path):
+                return path
+            return super()._split_scope(nodeid)  # an xdist_group mark, where xdist can read it; else the test alone
+
+    return SuiteScheduling(config, log)
+
 
 @pytest.fixture(scope="module")
 def ray_local():
