@@ -82,7 +82,7 @@ from algorithms.common.certainty import (DEFAULT_XI, FEATURE_NORM_MODES, certain
                                          public_normalisation_scale)
 from algorithms.common.params import spec
 from algorithms.errors import ConfigError
-from algorithms.common.evaluation import inference_batch_size
+from algorithms.common.evaluation import inference_slices
 from algorithms.feddf import FedDF, FedDFHyperparams
 
 SCORING_STAGE = "fedaux_scoring"
@@ -136,9 +136,8 @@ def extract_features(features: nn.Module, x: torch.Tensor, device: torch.device,
                      batch_size: int | None = None) -> torch.Tensor:
     """h_0(x) in eval mode, batched, float32 on the CPU, [N, H]; in batches of ``batch_size`` (default:
     :func:`~algorithms.common.evaluation.inference_batch_size`)."""
-    batch_size = batch_size or inference_batch_size(features, x[:1].to(device))
     features.eval()
-    out = [features(x[i:i + batch_size].to(device)).flatten(1).float().cpu() for i in range(0, len(x), batch_size)]
+    out = [features(x[rows].to(device)).flatten(1).float().cpu() for rows in inference_slices(features, x, batch_size)]
     if not out:
         raise ValueError("no samples to extract features from")
     return torch.cat(out)

@@ -78,7 +78,7 @@ from torch import nn
 from algorithms.base import (Algorithm, ClientContext, ClientUpdate, GlobalWeights, Metric, ServerContext,
                              ServerState, register, weights_for)
 from algorithms.common import evaluate, get_flat_weights, set_flat_weights, train_local
-from algorithms.common.evaluation import inference_batch_size
+from algorithms.common.evaluation import inference_slices
 from algorithms.common.distillation import distill, kl_soft, logit_norm, weighted_logit_ensemble
 from algorithms.common.params import spec
 from algorithms.errors import ConfigError
@@ -150,9 +150,8 @@ class FedDFHyperparams:
 def predict_logits(model: nn.Module, x: torch.Tensor, batch_size: int | None = None) -> torch.Tensor:
     """f(x), raw logits in eval mode, float32 on the CPU, [N, C]; in batches of ``batch_size`` (default:
     :func:`~algorithms.common.evaluation.inference_batch_size`)."""
-    batch_size = batch_size or inference_batch_size(model, x)
     model.eval()
-    out = [model(x[i:i + batch_size]).float().cpu() for i in range(0, len(x), batch_size)]
+    out = [model(x[rows]).float().cpu() for rows in inference_slices(model, x, batch_size)]
     return torch.cat(out) if out else torch.empty(0, 0)
 
 
@@ -324,8 +323,7 @@ class FedDF(Algorithm):
             set_flat_weights(model, best["weights"])
         model.eval()
         with torch.no_grad():
-            step = inference_batch_size(model, x)
-            predicted = torch.cat([model(x[i:i + step]).argmax(dim=1) for i in range(0, len(x), step)])
+            predicted = torch.cat([model(x[rows]).argmax(dim=1) for rows in inference_slices(model, x)])
         info = {"loss": loss, "agreement": float((predicted == teacher.argmax(dim=1)).double().mean()),
                 "optimizer": None if hp.reset_optimizer else copy.deepcopy(optimizer.state_dict())}
         if best:

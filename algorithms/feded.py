@@ -107,7 +107,7 @@ from torch import nn
 from algorithms.base import Algorithm, ClientContext, ClientUpdate, Metric, ServerContext, ServerState, register
 from algorithms.common import LocalTraining, get_flat_weights, set_flat_weights, train_local
 from algorithms.common.distillation import DISTILLATION_LOSSES, distill, distillation_loss
-from algorithms.common.evaluation import inference_batch_size
+from algorithms.common.evaluation import inference_slices
 from algorithms.errors import ConfigError
 from algorithms.models import AUTOENCODERS, build_autoencoder
 from algorithms.common.params import spec
@@ -289,9 +289,8 @@ class FedEDHyperparams:
 def predict_probs(model: nn.Module, x: torch.Tensor, batch_size: int | None = None) -> torch.Tensor:
     """softmax(f(x)) (τ = 1, §1 [code]) in eval mode, float32 on the CPU, [N, C]; in batches of ``batch_size``
     (default: :func:`~algorithms.common.evaluation.inference_batch_size`)."""
-    batch_size = batch_size or inference_batch_size(model, x)
     model.eval()
-    out = [F.softmax(model(x[i:i + batch_size]).float(), dim=1).cpu() for i in range(0, len(x), batch_size)]
+    out = [F.softmax(model(x[rows]).float(), dim=1).cpu() for rows in inference_slices(model, x, batch_size)]
     return torch.cat(out) if out else torch.empty(0, 0)
 
 
@@ -304,8 +303,7 @@ def reconstruction_losses(ae: nn.Module, x: torch.Tensor, scale: int = 1,
                           batch_size: int = AE_SCORE_BATCH) -> torch.Tensor:
     """l(x) = mean over C·H·W of (AE(x) − x)² per sample (eq. 3.3), in eval mode, float32 on the CPU, [N]."""
     ae.eval()
-    out = [ae.per_sample_loss(_upscale(x[i:i + batch_size], scale)).float().cpu()
-           for i in range(0, len(x), batch_size)]
+    out = [ae.per_sample_loss(_upscale(x[rows], scale)).float().cpu() for rows in inference_slices(ae, x, batch_size)]
     return torch.cat(out) if out else torch.empty(0)
 
 
@@ -531,8 +529,9 @@ class FedED(Algorithm):
         if n_train < size:
             with torch.no_grad():
                 student.eval()
-                step = inference_batch_size(student, x)
-                predicted = torch.cat([student(x[i:i + step]).argmax(dim=1) for i in range(n_train, size, step)])
+                held_out = x[n_train:]
+                predicted = torch.cat([student(held_out[rows]).argmax(dim=1)
+                                       for rows in inference_slices(student, held_out)])
             metrics["student_val_agreement"] = float((predicted == teacher[n_train:].argmax(dim=1)).double().mean())
         metrics.update(self.ensemble_metrics(active, ctx.test_y))
         student.eval()

@@ -114,7 +114,7 @@ from algorithms.common import evaluate, get_flat_weights, set_flat_weights, trai
 from algorithms.common.coefficients import (EPS, coefficient_step, personalised_targets,
                                             uniform_coefficients)
 from algorithms.common.distillation import distill, distillation_loss
-from algorithms.common.evaluation import inference_batch_size
+from algorithms.common.evaluation import inference_slices
 from algorithms.common.params import spec
 from algorithms.errors import ConfigError
 
@@ -317,9 +317,8 @@ class MNFL(Algorithm):
     def _predict(self, model, x: torch.Tensor) -> torch.Tensor:
         """softmax(f(x)/T) in eval mode, float32 on the CPU (§2.2 B, §8)."""
         model.eval()
-        step = inference_batch_size(model, x)
-        out = [F.softmax(model(x[i:i + step]).float() / self.hp.temperature, dim=1).cpu()
-               for i in range(0, len(x), step)]
+        out = [F.softmax(model(x[rows]).float() / self.hp.temperature, dim=1).cpu()
+               for rows in inference_slices(model, x)]
         return torch.cat(out)
 
     def _distill(self, payload: dict, client: ClientContext, tensors: dict, metrics: dict) -> None:

@@ -77,7 +77,7 @@ from algorithms.common import evaluate, set_flat_weights
 from algorithms.common.params import spec
 from algorithms.common.pruning import ENTROPY_MODES, KMEANS_VARIANTS, confidence_scores, select_pool
 from algorithms.errors import ConfigError
-from algorithms.common.evaluation import inference_batch_size
+from algorithms.common.evaluation import inference_slices
 from algorithms.feddf import FedDF, FedDFHyperparams
 from algorithms.fedprox import proximal_term
 
@@ -157,11 +157,10 @@ class SingleImageHyperparams(FedDFHyperparams):
 def embed_and_predict(model, x: torch.Tensor, batch_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(z, logits) of every input in one batched eval-mode pass: z = ``model.features(x)`` (the penultimate
     embedding after global pooling, spec/single_image.md §3.1) and the head's raw logits, float32 on the CPU."""
-    batch_size = batch_size or inference_batch_size(model, x)
     model.eval()
     features, logits = [], []
-    for i in range(0, len(x), batch_size):
-        z = model.features(x[i:i + batch_size])
+    for rows in inference_slices(model, x, batch_size):
+        z = model.features(x[rows])
         features.append(z.float().cpu())
         logits.append(model.head(z).float().cpu())
     return torch.cat(features), torch.cat(logits)

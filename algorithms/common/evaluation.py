@@ -3,6 +3,7 @@ no-grad inference uses."""
 from __future__ import annotations
 
 import weakref
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -18,17 +19,27 @@ _inference_batches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def inference_batch_size(model: nn.Module, x: torch.Tensor) -> int:
-    """The batch size for no-grad inference of ``model`` on ``x``'s samples. On a CPU: the most samples whose
-    largest activation fits INFERENCE_CACHE_BYTES, within [MIN_INFERENCE_BATCH, MAX_INFERENCE_BATCH], measured once
-    per model and sample shape with a one-sample forward pass in eval mode; elsewhere MAX_INFERENCE_BATCH. Results
-    depend on it only through float rounding (sums in another order, at most ~1e-7 relative)."""
-    if x.device.type != "cpu" or len(x) == 0:
+    """The batch size for no-grad inference of ``model`` on ``x``'s samples. Where the model runs on a CPU: the most
+    samples whose largest activation fits INFERENCE_CACHE_BYTES, within [MIN_INFERENCE_BATCH, MAX_INFERENCE_BATCH],
+    measured once per model and sample shape with a one-sample forward pass in eval mode; elsewhere
+    MAX_INFERENCE_BATCH. ``x`` may still be on another device than the model. Results depend on it only through
+    float rounding (sums in another order, at most ~1e-7 relative)."""
+    parameter = next(model.parameters(), None)
+    device = parameter.device if parameter is not None else x.device
+    if device.type != "cpu" or len(x) == 0:
         return MAX_INFERENCE_BATCH
     known = _inference_batches.setdefault(model, {})
     key = (tuple(x.shape[1:]), x.dtype)
     if key not in known:
-        known[key] = _cache_fitting_batch(model, x[:1])
+        known[key] = _cache_fitting_batch(model, x[:1].to(device))
     return known[key]
+
+
+def inference_slices(model: nn.Module, x: torch.Tensor, batch_size: int | None = None) -> Iterator[slice]:
+    """The row slices of ``x`` that no-grad inference of ``model`` runs one at a time: ``batch_size`` rows each
+    (default: :func:`inference_batch_size`), the last one shorter."""
+    step = batch_size or inference_batch_size(model, x)
+    return (slice(start, start + step) for start in range(0, len(x), step))
 
 
 def _cache_fitting_batch(model: nn.Module, sample: torch.Tensor) -> int:
@@ -57,12 +68,11 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, prefix: str = "
              batch_size: int | None = None) -> dict[str, float]:
     """``{prefix}loss`` and ``{prefix}accuracy`` of ``model`` on (x, y), e.g. ``val_loss``/``val_accuracy``, in
     batches of ``batch_size`` (default: :func:`inference_batch_size`)."""
-    batch_size = batch_size or inference_batch_size(model, x)
     model.eval()
     loss_sum, correct = 0.0, 0
-    for start in range(0, len(y), batch_size):
-        logits = model(x[start:start + batch_size])
-        target = y[start:start + batch_size]
+    for rows in inference_slices(model, x, batch_size):
+        logits = model(x[rows])
+        target = y[rows]
         loss_sum += float(F.cross_entropy(logits, target, reduction="sum"))
         correct += int((logits.argmax(dim=1) == target).sum())
     n = max(len(y), 1)
