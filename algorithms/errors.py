@@ -2,26 +2,74 @@
 
 Defined here, below both packages, so algorithms (which never import ``platform``) and the platform raise the
 same classes; ``platform.errors`` re-exports them and the CLIs turn them into ``error: <message>`` and exit 2.
+
+A message is rendered on one line here, in one place, whatever names and values it quotes (a YAML key may hold a
+newline, a value may be 10 kB long): :func:`one_line` escapes control and line-separator characters the way
+``repr`` does, cuts a long quoted value or an unbroken run of characters with an ellipsis, and caps the whole line.
 """
+import re
+
+#: a quoted value ('...' or "...", as ``repr`` writes it) longer than this is cut to it, ellipsis included
+MAX_QUOTED = 80
+#: an unbroken run of non-space characters (an unquoted value, a path) longer than this is cut to it
+MAX_RUN = 160
+#: the whole message is never longer than this
+MAX_MESSAGE = 2000
+ELLIPSIS = "..."
+
+# a quote that opens or closes a value stands next to no letter or digit (the apostrophe of "isn't" is no quote)
+_QUOTED = re.compile(r"(?<!\w)(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")(?!\w)", re.DOTALL)
+_RUN = re.compile(r"\S{%d,}" % (MAX_RUN + 1))
+
+
+def _escape(char: str) -> str:
+    """``\\n``, ``\\t``, ``\\x00``, ``\\u2028``: a character that is not printable, as ``repr`` writes it."""
+    return char if char.isprintable() else repr(char)[1:-1]
+
+
+def _cut(text: str, limit: int, closing: str = "") -> str:
+    if len(text) <= limit:
+        return text
+    return text[: limit - len(ELLIPSIS) - len(closing)] + ELLIPSIS + closing
+
+
+def one_line(text: str) -> str:
+    """``text`` as one printable line: control characters escaped, long values cut with an ellipsis.
+
+    Idempotent (a rendered line renders to itself), so an error re-raised or sent between processes keeps its
+    text. Quoted values are cut inside their quotes, keeping the closing quote; other long runs (a 10 kB
+    unquoted value) are cut where they stand; the whole line is capped at :data:`MAX_MESSAGE` characters.
+    """
+    text = "".join(map(_escape, str(text)))
+    text = _QUOTED.sub(lambda m: _cut(m.group(0), MAX_QUOTED, m.group(0)[0]), text)
+    text = _RUN.sub(lambda m: _cut(m.group(0), MAX_RUN), text)
+    return _cut(text, MAX_MESSAGE)
 
 
 class UserError(Exception):
     """A problem with what the user asked for (config, name, value, missing data).
 
     The CLIs print ``error: <message>`` on one line to stderr and exit with code 2. The message names the
-    offending field and what is allowed, so no traceback is needed.
+    offending field and what is allowed, so no traceback is needed; it is rendered with :func:`one_line`, so a
+    key or value that holds a newline, a tab, a NUL or 10 kB of text still gives one short line.
     """
 
     exit_code = 2
 
+    def __init__(self, message: str = "", *args):
+        super().__init__(one_line(message), *args)
+
 
 class ConfigError(UserError, ValueError):
-    """An invalid experiment config or search-space file. ``field`` is the dotted path of the culprit."""
+    """An invalid experiment config or search-space file. ``field`` is the dotted path of the culprit, as given
+    (its rendering on one line is the message's: ``str(err)``)."""
 
     def __init__(self, field: str, message: str):
         self.field = field
         self.message = message
-        super().__init__(f"{field}: {message}" if field else message)
+        # the field is cut on its own, so a 10 kB key keeps its colon and the message after it
+        shown = _cut("".join(map(_escape, str(field))), MAX_RUN - 1)
+        super().__init__(f"{shown}: {message}" if field else message)
 
     def __reduce__(self):  # pickles whole (Ray sends a trial's error to the driver): field and message both
         return type(self), (self.field, self.message)

@@ -27,6 +27,22 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # writes whole files under per-key locks.
 E2E_TESTS = "tests/e2e/"
 
+# Hypothesis, deterministic by default: the README's test command (and CI) draws the same examples on every run and
+# keeps no example database (none in the tree, none to replay a failure only on one machine). The "fuzz" profile
+# hunts: fresh draws, many more examples, a database in the user's cache so a failure found is tried first next time:
+#   pytest -m fuzz --hypothesis-profile=fuzz          (or FEDSWEEP_HYPOTHESIS_PROFILE=fuzz)
+from hypothesis import HealthCheck, settings  # noqa: E402  (the `test` extra installs it)
+from hypothesis.database import DirectoryBasedExampleDatabase  # noqa: E402
+
+settings.register_profile("ci", derandomize=True, database=None, max_examples=300, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "fuzz", derandomize=False, max_examples=5000, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+    database=DirectoryBasedExampleDatabase(os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fedsweep", "hypothesis")))
+settings.load_profile(os.environ.get("FEDSWEEP_HYPOTHESIS_PROFILE", "ci"))
+
 
 def _defines_a_shared_fixture(path: str) -> bool:
     """True if the test module at ``path`` (relative to the repository) declares ``@pytest.fixture(scope="module")``

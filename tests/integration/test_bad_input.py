@@ -55,12 +55,17 @@ CASES = {
                                    "model.architectures: the shares do not divide clients.num_clients=10 into whole "
                                    "contiguous blocks (model.assignment blocks): cnn 3.333, mlp 3.333, leaf_cnn "
                                    "3.333 clients would be rounded to cnn 3, mlp 3, leaf_cnn 4"),
+    "a key with a newline": (["platform.run", "smoke", "--set", "partition.x\ny=1"],
+                             "partition.x\\ny: unknown key; allowed in partition: "),
+    "a value of 10 kB": (["platform.sweep", "smoke", "--set", "algorithm.name=" + "z" * 10_000],
+                         "algorithm.name: unknown algorithm 'zzz"),
 }
 
 
 # Run as a user would, in a fresh interpreter (exit status and all of stderr); the other cases call the same
 # entry points in this process (each fresh interpreter costs ~5 s of imports on 2 CPUs).
-IN_A_NEW_PROCESS = {"unknown search space", "negative lr", "alpha inf", "tracking server not answering"}
+IN_A_NEW_PROCESS = {"unknown search space", "negative lr", "alpha inf", "tracking server not answering",
+                    "a key with a newline"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -81,6 +86,7 @@ def test_bad_input_fails_cleanly(case, tmp_path, monkeypatch, capsys):
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, stderr
     assert lines[0].startswith("error: ") and expected in lines[0], lines[0]
+    assert len(lines[0]) < 2100 and lines[0].isprintable(), lines[0]  # names and values quoted on one short line
     if case == "unknown search space":
         assert "smoke" in lines[0] and "fedkp_bandwidth" in lines[0]  # lists what is available
     assert os.listdir(tmp_path) == [], f"{case} wrote {os.listdir(tmp_path)}"
