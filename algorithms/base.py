@@ -334,7 +334,7 @@ class Algorithm:
     #: The method's own defaults for other config sections: section -> {key: value}, e.g.
     #: ``{"clients": {"local_epochs": 20, "lr": 1e-3}}`` for a method whose paper trains clients differently from
     #: the platform's global defaults. Applied *under* the user's config when it loads
-    #: (:func:`platform.config.build_experiment`): a key the config sets (in its file, with ``--set``, in a search
+    #: (:func:`platform.config.experiment.build_experiment`): a key the config sets (in its file, with ``--set``, in a search
     #: space's base or drawn as a parameter) wins; only absent keys take these values, then the section's own
     #: defaults apply. Sections and keys must be existing config fields (checked at load, one ConfigError naming
     #: the field); the method's own hyperparameters belong in ``Hyperparams``, not here.

@@ -38,7 +38,7 @@ def machine_line() -> str:
 @contextlib.contextmanager
 def local_ray(num_cpus: int = 2, object_store_mib: Optional[int] = None, as_platform: bool = False):
     """A fresh local Ray instance (as the tests start one; with ``as_platform``, as ``platform.run`` and
-    ``platform.sweep`` start theirs: workers preloading the actors' module, no API server, monitor or log monitor, see
+    ``platform.sweep.command`` start theirs: workers preloading the actors' module, no API server, monitor or log monitor, see
     ``platform.cli._lean_head``), shut down afterwards."""
     import ray
 

@@ -35,7 +35,7 @@ def measure(name, shape, batch, clients, samples, repeats):
     from algorithms.common.batched_training import train_local_batched
     from algorithms.common.training import LocalTraining, train_local
     from algorithms.common.weights import get_flat_weights, set_flat_weights
-    from platform.models import build_model
+    from platform.config.models import build_model
 
     torch.manual_seed(0)
     model = build_model(name, shape, 10)

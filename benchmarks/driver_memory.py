@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     parser.add_argument("--trials", type=int, default=150)
     parser.add_argument("--trials-per-experiment", type=int, default=None,
                         help="the sweep's search.trials_per_experiment (default: the search space's default, 500)")
-    parser.add_argument("--bare-tune", action="store_true", help="plain Ray Tune instead of platform.sweep")
+    parser.add_argument("--bare-tune", action="store_true", help="plain Ray Tune instead of platform.sweep.command")
     parser.add_argument("--child-storage", help=argparse.SUPPRESS)  # the --bare-tune child process
     args = parser.parse_args(argv)
     if args.child_storage:

@@ -22,8 +22,8 @@ from benchmarks._common import order_holds, print_learning, run_arms
 
 
 def _configs(rounds: int, distill_lr: float, epsilon: float) -> dict:
-    from platform.config import build_experiment
-    from platform.search_space import load_search_space
+    from platform.config.experiment import build_experiment
+    from platform.config.search_space import load_search_space
 
     base = dict(load_search_space("fedaux_dp").base)
     base["rounds"] = rounds
@@ -48,8 +48,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
 
-    from platform.cache import open_cache
-    from platform.pretrain import prepare_pretrained
+    from platform.stages.cache import open_cache
+    from platform.runtime.pretrain import prepare_pretrained
     from platform.runtime.federation import replicate_over_seeds, share_dataset
 
     cache = open_cache(args.cache_dir)

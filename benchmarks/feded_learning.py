@@ -51,8 +51,8 @@ def parse_schedule(text: str) -> tuple[Optional[float], Optional[int]]:
 
 
 def configs(space: str, alpha: float, schedule: Optional[tuple], schemes: Sequence[str]) -> dict:
-    from platform.config import apply_overrides, build_experiment
-    from platform.search_space import load_search_space
+    from platform.config.experiment import apply_overrides, build_experiment
+    from platform.config.search_space import load_search_space
 
     base = load_search_space(space).base
     out = {}
@@ -82,7 +82,7 @@ def measure(space: str, alphas: Sequence[float], schedules: Sequence[Optional[tu
     """One record per (α, schedule, scheme): the per-seed metrics of :func:`run_one_round`."""
     import ray
 
-    from platform.cache import open_cache
+    from platform.stages.cache import open_cache
     from platform.runtime.federation import share_dataset
 
     cache = open_cache(cache_dir)

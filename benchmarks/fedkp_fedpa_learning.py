@@ -53,7 +53,7 @@ def base_config(rounds: int, alpha: float) -> dict:
 
 
 def configs(rounds: int, alpha: float, arms) -> dict:
-    from platform.config import build_experiment
+    from platform.config.experiment import build_experiment
 
     out = {}
     for label in arms:

@@ -39,7 +39,7 @@ def label(mu: float) -> str:
 
 
 def configs(rounds: int, alpha: float, mus) -> dict:
-    from platform.config import build_experiment
+    from platform.config.experiment import build_experiment
 
     return {label(mu): build_experiment({**base_config(rounds, alpha), "algorithm": {"name": "fedprox", "mu": mu}})
             for mu in mus}

@@ -34,8 +34,8 @@ ARMS = {
 
 
 def configs(rounds: int, arms: list[str]) -> dict:
-    from platform.config import apply_overrides, build_experiment
-    from platform.search_space import load_search_space
+    from platform.config.experiment import apply_overrides, build_experiment
+    from platform.config.search_space import load_search_space
 
     base = apply_overrides(load_search_space("mnfl_rho").base, {"rounds": rounds})
     out = {}

@@ -106,8 +106,8 @@ assert {SERVER_TITLE, CLIENT_TITLE} == set(ACTOR_TITLES)
 
 def make_config(num_clients: int, per_round: int, rounds: int, cpus: int):
     """The mnfl_rho base config with N clients, ``per_round`` of them a round, ``rounds`` rounds, seed 0."""
-    from platform.config import apply_overrides, build_experiment
-    from platform.search_space import load_search_space
+    from platform.config.experiment import apply_overrides, build_experiment
+    from platform.config.search_space import load_search_space
 
     base = apply_overrides(load_search_space("mnfl_rho").base, {
         "clients.num_clients": num_clients, "clients.clients_per_round": min(per_round, num_clients),
@@ -206,7 +206,7 @@ def state_sizes(config) -> dict:
     """Per architecture: the tensor bytes (``state_bytes``) and pickled bytes of one MNFL client state."""
     from algorithms.common import get_flat_weights
     from platform.data import load_dataset
-    from platform.models import build_model
+    from platform.config.models import build_model
     from platform.runtime.state_store import state_bytes
 
     train, _ = load_dataset(config.dataset)
@@ -262,7 +262,7 @@ def raw_rounds(config, threads: int) -> tuple[list[dict], object]:
     from platform.data import load_dataset
     from platform.data.public import take_public
     from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted
-    from platform.models import build_model
+    from platform.config.models import build_model
     from platform.runtime.actors import (GLOBAL_RNG_KEY, SERVER_STREAM_KEY, client_architectures,
                                          summarise_client_evaluations)
     from platform.runtime.federation import client_splits

@@ -1,4 +1,4 @@
-"""Wall time of the SimCLR pre-training stage (platform.pretrain) on 1 vs 2 Ray Train workers, no stage cache.
+"""Wall time of the SimCLR pre-training stage (platform.runtime.pretrain) on 1 vs 2 Ray Train workers, no stage cache.
 
     python -m benchmarks.pretrain [--workers 1,2] [--epochs N] [--repeats 1]
 
@@ -21,9 +21,9 @@ from benchmarks._common import local_ray, machine_line, median, table
 
 
 def _stage(workers: int, epochs: int, cpus: int) -> dict:
-    from platform.cache import StageCache
-    from platform.config import build_experiment
-    from platform.pretrain import pretrain_features
+    from platform.stages.cache import StageCache
+    from platform.config.experiment import build_experiment
+    from platform.runtime.pretrain import pretrain_features
     from platform.runtime.federation import share_dataset
 
     config = build_experiment({"dataset": {"name": "digits32"}, "model": {"name": "cnn"},
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     from platform.cli import quiet_libraries
 
     quiet_libraries()  # as the command lines: Ray Train V1 (RAY_TRAIN_V2_ENABLED=0 unless set), quiet Tune
-    from platform.pretrain import PretrainConfig
+    from platform.runtime.pretrain import PretrainConfig
 
     epochs = args.epochs or PretrainConfig().epochs
     workers = [int(w) for w in args.workers.split(",")]

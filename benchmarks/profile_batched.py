@@ -32,7 +32,7 @@ def main(argv=None) -> int:
 
     from algorithms.common import batched_training
     from algorithms.common.training import LocalTraining, train_local
-    from platform.models import build_model
+    from platform.config.models import build_model
 
     if args.convolutions != "default":
         batched_training.CONVOLUTIONS_AS_PRODUCTS_ON = (frozenset({"cpu", "cuda"}) if args.convolutions == "products"

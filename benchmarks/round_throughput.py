@@ -112,7 +112,7 @@ WORKLOADS["cifar_pfl_1000"] = Workload(
 
 
 def _config(workload: Workload, cpus: float, rounds: int, batched: str = "off", gpu: float = 0.0):
-    from platform.config import build_experiment
+    from platform.config.experiment import build_experiment
 
     # No server validation split: the raw loop has none, and both sides must do the same work.
     return build_experiment({**workload.config, "rounds": rounds, "seed": 0,
@@ -147,7 +147,7 @@ def raw_rounds(config, data, rounds: int, threads: int, device=None) -> list[dic
 
     from algorithms.common import LocalTraining, evaluate, get_flat_weights, set_flat_weights, train_local
     from platform.data import partition_clients
-    from platform.models import build_model
+    from platform.config.models import build_model
     from platform.runtime.actors import GLOBAL_RNG_KEY
     from platform.runtime.seeding import derived_seed, generator, sample_clients
 
@@ -321,7 +321,7 @@ def _auto_choice(config, data) -> str:
     import torch
 
     from algorithms.common.batched_training import prefers_batched
-    from platform.models import build_model
+    from platform.config.models import build_model
 
     gpu = config.resources.gpu > 0 and torch.cuda.is_available()
     per_actor = -(-config.clients.clients_per_round // (1 if gpu else max(int(config.resources.cpu), 1)))

@@ -41,7 +41,7 @@ from benchmarks._common import ForeignLoad, MemorySampler, local_ray, machine_li
 
 
 def _config(num_clients: int, per_round: int, samples: int, rounds: int, cpus: int):
-    from platform.config import build_experiment
+    from platform.config.experiment import build_experiment
 
     return build_experiment({
         "dataset": {"name": "synthetic", "synthetic_clients": num_clients, "synthetic_samples": samples},

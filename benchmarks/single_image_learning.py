@@ -33,8 +33,8 @@ ARMS = {
 
 def configs(rounds: int, alpha: float, extra: dict | None = None) -> dict:
     """label -> ExperimentConfig of each arm, on the single_image_pruning base config."""
-    from platform.config import apply_overrides, build_experiment
-    from platform.search_space import load_search_space
+    from platform.config.experiment import apply_overrides, build_experiment
+    from platform.config.search_space import load_search_space
 
     base = apply_overrides(load_search_space("single_image_pruning").base,
                            {"rounds": rounds, "partition.alpha": alpha, **(extra or {})})
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
 
-    from platform.cache import open_cache
+    from platform.stages.cache import open_cache
 
     results = run_arms(configs(args.rounds, args.alpha), seeds, args.rounds, cache=open_cache(args.cache_dir))
     gain = np.mean(results["FedAvg + distillation (rho 100%)"]["final_val"]) - np.mean(results["FedAvg only"]["final_val"])

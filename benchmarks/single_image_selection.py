@@ -33,8 +33,8 @@ SETTINGS = {
 
 
 def _config(overrides: dict):
-    from platform.config import apply_overrides, build_experiment
-    from platform.search_space import load_search_space
+    from platform.config.experiment import apply_overrides, build_experiment
+    from platform.config.search_space import load_search_space
 
     return build_experiment(apply_overrides(load_search_space("single_image_pruning").base, overrides))
 
@@ -90,7 +90,7 @@ def round_seconds(config, rounds: int, cache) -> float:
 
 
 def pool_timing(size: int) -> dict:
-    from platform.cache import open_cache
+    from platform.stages.cache import open_cache
     from platform.runtime.federation import share_dataset
 
     config = _config({"public.size": size, "algorithm.num_distill": min(500, size)})
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     import ray
     import torch
 
-    from platform.cache import open_cache
+    from platform.stages.cache import open_cache
     from platform.runtime.federation import share_dataset
 
     results = {"selection": {}, "pool": []}

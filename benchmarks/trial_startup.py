@@ -2,7 +2,7 @@
 
     python -m benchmarks.trial_startup [--cases fedkp_one_round,smoke_rounds] [--trials 8] [--cpus 2]
 
-Each case runs real Tune trials of a search space as ``platform.sweep`` does (its trainable
+Each case runs real Tune trials of a search space as ``platform.sweep.command`` does (its trainable
 :func:`platform.runtime.trial.sweep_trial`, its placement groups, searcher and MLflow callback, a temporary
 SQLite store; ``--no-mlflow`` leaves the callback out), the trainable wrapped so that it stamps wall-clock
 times inside the trial process:
@@ -82,15 +82,15 @@ def timed_sweep_trial(trial_config: dict, **kwargs) -> None:
 
 def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str,
               tracking_uri: str | None) -> tuple[dict, list]:
-    """Run ``num_samples`` trials of ``space`` as ``platform.sweep`` does, with its MLflow callback unless
+    """Run ``num_samples`` trials of ``space`` as ``platform.sweep.command`` does, with its MLflow callback unless
     ``tracking_uri`` is None; returns (driver marks, per-trial first results)."""
     from ray import tune
 
     from platform.runtime.federation import share_dataset
     from platform.runtime.placement import trial_bundles
-    from platform.run_schema import round_metrics
-    from platform.sweep import _make_scheduler, _make_searcher
-    from platform.search_space import grid_points
+    from platform.config.run_schema import round_metrics
+    from platform.sweep.command import _make_scheduler, _make_searcher
+    from platform.config.search_space import grid_points
 
     base_config = space.trial_config({})
     driver_marks: dict = {}
@@ -105,8 +105,8 @@ def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str,
     shared = share_dataset(base_config)
     callbacks = [Marks()]  # first: its on_trial_start mark precedes the MLflow callback's work
     if tracking_uri is not None:
-        from platform.sweep_callback import MlflowSweepCallback
-        from platform.tracking import Tracker
+        from platform.sweep.callback import MlflowSweepCallback
+        from platform.results.tracking import Tracker
 
         tracker = Tracker(tracking_uri, space.name)
         parent = tracker.start_run(name=name, tags={"fedsweep.search_space": space.name})
@@ -140,8 +140,8 @@ def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str,
 
 def measure(case: str, trials: int, cpus: int, quiet_wait: float, mlflow: bool = True,
             as_platform: bool = True) -> dict:
-    from platform.config import parse_override  # noqa: F401
-    from platform.search_space import load_search_space
+    from platform.config.experiment import parse_override  # noqa: F401
+    from platform.config.search_space import load_search_space
 
     spec = CASES[case]
     with tempfile.TemporaryDirectory(prefix="fedsweep-startup-") as tmp, local_ray(cpus, as_platform=as_platform):
@@ -198,11 +198,11 @@ def main(argv=None) -> int:
     parser.add_argument("--quiet-wait", type=float, default=60.0,
                         help="seconds to wait for other processes to go quiet before timing (default 60)")
     parser.add_argument("--no-mlflow", action="store_true",
-                        help="leave out platform.sweep's MLflow callback (it logs each trial's params and partition "
+                        help="leave out platform.sweep.command's MLflow callback (it logs each trial's params and partition "
                              "summary in the driver when the trial starts)")
     parser.add_argument("--json", action="store_true", help="also print one JSON line per case")
     parser.add_argument("--plain-ray", action="store_true",
-                        help="start Ray with plain ray.init (as before issue 19) instead of as platform.sweep starts "
+                        help="start Ray with plain ray.init (as before issue 19) instead of as platform.sweep.command starts "
                              "its local instance (workers preloading the actors' module, a lean head)")
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]

@@ -20,7 +20,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 
-from platform.mlflow_ui import (deep_link, free_port, run_link, start_server, stop_server, view_key,
+from platform.results.mlflow_ui import (deep_link, free_port, run_link, start_server, stop_server, view_key,
                                 wait_for_server)
 
 WINDOW = (1600, 1000)

@@ -70,7 +70,7 @@ def leave_ray_job_working_dir(home: str) -> None:
     it vanish once the trial actors released it, breaking ``os.getcwd()``). Everything the sweep reads
     from it (the search-space file) is loaded before this call.
     """
-    from platform.tracking import in_ray_job
+    from platform.results.tracking import in_ray_job
 
     if in_ray_job():
         os.makedirs(home, exist_ok=True)
@@ -226,7 +226,7 @@ _EARLY: list[EarlyRay] = []
 def start_ray_early(address: str | None = None, dashboard: bool = False) -> EarlyRay | None:
     """Start the new local Ray instance that :func:`connect_ray` would start, now, in the background (see
     :class:`EarlyRay`); None when the command joins a cluster (``ray job submit``, RAY_ADDRESS, a local ``ray start``:
-    there everything must be imported before the driver connects, see platform.sweep) or Ray is already up.
+    there everything must be imported before the driver connects, see platform.sweep.command) or Ray is already up.
 
     Only for a command's own process (``main`` called with ``argv=None``): a bad input found while Ray starts ends the
     process at once through :func:`exit_command`, and the reaper stops what Ray had started."""

@@ -15,7 +15,7 @@ from typing import Optional
 from platform.cli import (add_ray_arguments, connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries,
                           run_command, start_ray_early)
 from platform.errors import UserError
-from platform.run_schema import (METRIC_FINAL, RESULT_ARRAYS, RESULT_CLIENT_PATHS, STATUS_COMPLETED, STATUS_FAILED,
+from platform.config.run_schema import (METRIC_FINAL, RESULT_ARRAYS, RESULT_CLIENT_PATHS, STATUS_COMPLETED, STATUS_FAILED,
                                  STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND, TAG_GIT_COMMIT, TAG_STATUS)
 
 
@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
 def resolve_config(target: str, overrides: list[str]):
     """(config, experiment name) for an experiment YAML, a search-space YAML (its base config) or a search-space
     name. A file is a search space when it has a ``base`` section."""
-    from platform.config import apply_overrides, build_experiment, load_yaml, parse_override
-    from platform.search_space import find_search_space
+    from platform.config.experiment import apply_overrides, build_experiment, load_yaml, parse_override
+    from platform.config.search_space import find_search_space
 
     if os.path.isfile(target):
         path = target
@@ -154,12 +154,12 @@ def main(argv=None) -> int:
         start_ray_early(args.address, args.ray_dashboard)  # checked; a bad config still ends it at once (exit 2)
     config, experiment = resolve_config(args.config, args.overrides)
     # Everything is imported before Ray connects (under ``ray job submit`` the working directory stops being
-    # importable once the driver joins the cluster; see platform.sweep).
-    import platform.cache  # noqa: F401
+    # importable once the driver joins the cluster; see platform.sweep.command).
+    import platform.stages.cache  # noqa: F401
     import platform.data.summary  # noqa: F401
-    from platform.pretrain import prepare_pretrained
-    from platform.storage import check_storage
-    from platform.tracking import (Tracker, check_tracking_uri, log_patch_samples, resolve_tracking_uri, results_home,
+    from platform.runtime.pretrain import prepare_pretrained
+    from platform.stages.storage import check_storage
+    from platform.results.tracking import (Tracker, check_tracking_uri, log_patch_samples, resolve_tracking_uri, results_home,
                                    ui_command)
     from platform.runtime.federation import load_shared_data, share_dataset
     from platform.runtime.trial import start_federations, stop_federations
@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     clock.mark("checks")
     print(f"{config.algorithm.name} on {config.dataset.name}: {config.clients.num_clients} clients, "
           f"{config.clients.clients_per_round} per round, {config.rounds} rounds", flush=True)
-    from platform.cache import open_cache
+    from platform.stages.cache import open_cache
 
     cache = open_cache(args.cache_dir, not args.no_cache)
     loaded = load_shared_data(config, cache)  # needs no Ray: loaded while Ray starts in the background
@@ -186,7 +186,7 @@ def main(argv=None) -> int:
     connect_ray(args.address, args.ray_dashboard)
     clock.mark("Ray start")
     shared = share_dataset(config, cache=cache, loaded=loaded)
-    # Pre-training (pretrain.method) runs here, on the driver, before any actor starts (platform.pretrain).
+    # Pre-training (pretrain.method) runs here, on the driver, before any actor starts (platform.runtime.pretrain).
     shared = prepare_pretrained(shared, [config], cache)
     clock.mark("data into the object store")
     federations = start_federations(config, [config.seed], shared, lazy_clients=config.mode == "one_round",
@@ -247,7 +247,7 @@ def _open_run(tracker, config, argv) -> Optional[str]:
     """The experiment's MLflow run with the flattened config as params (None without MLflow)."""
     if tracker is None:
         return None
-    from platform.tracking import command_line, git_commit
+    from platform.results.tracking import command_line, git_commit
 
     run_id = tracker.start_run(name=f"{config.algorithm.name}-seed{config.seed}",
                                tags={TAG_STATUS: STATUS_RUNNING, TAG_GIT_COMMIT: git_commit(),
@@ -260,7 +260,7 @@ def _log_partition(tracker, run_id, config, data) -> str:
     """The client × class count table; logged with its heat-map when tracking."""
     from platform.data.partition import partition_clients
     from platform.data.summary import partition_summary
-    from platform.tracking import log_partition
+    from platform.results.tracking import log_partition
 
     if tracker is not None:
         return log_partition(tracker, run_id, config, data.train_labels, data.num_classes, data.train_groups,
@@ -273,9 +273,9 @@ def _log_partition(tracker, run_id, config, data) -> str:
 def _run_rounds(federations, config, args, tracker, run_id, clock: Optional[StartupClock] = None) -> list[dict]:
     """Run every round (or the cached one-round analysis), print and log each, with the method's arrays on the rounds
     due (``tracking.arrays_every``, the last round); returns the rounds' metrics (without the arrays)."""
-    from platform.cache import open_cache
+    from platform.stages.cache import open_cache
     from platform.runtime.trial import run_one_round, run_rounds
-    from platform.tracking import log_arrays
+    from platform.results.tracking import log_arrays
 
     rounds = ([run_one_round(federations, open_cache(args.cache_dir, not args.no_cache))]
               if config.mode == "one_round" else run_rounds(federations, config.rounds))

@@ -170,10 +170,10 @@ def mlflow_runs(uri: str, experiment: str):
 
 def run_tiny_sweep(space: dict, name: str, tracking_uri: str, tmp_path, capsys) -> str:
     """Write ``space`` (a search space dict, usually a shipped one shrunk) as ``<name>.yaml`` and run it with
-    ``platform.sweep`` on this test's MLflow store, Tune storage and stage cache; asserts exit 0, returns stdout."""
+    ``platform.sweep.command`` on this test's MLflow store, Tune storage and stage cache; asserts exit 0, returns stdout."""
     import yaml
 
-    from platform.sweep import main
+    from platform.sweep.command import main
 
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))

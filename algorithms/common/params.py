@@ -1,7 +1,7 @@
 """Typed hyperparameters: a dataclass field with its documentation and validation rules in one place.
 
 Each method's ``Hyperparams`` is a frozen dataclass whose fields are made with :func:`spec`; the platform's
-loader (``platform.schema.build``) reads the rules (``ge``, ``gt``, ``le``, ``lt``, ``choices``) and the
+loader (``platform.config.schema.build``) reads the rules (``ge``, ``gt``, ``le``, ``lt``, ``choices``) and the
 ``doc`` string, so a schema reads as documentation and a bad value fails at load time naming its field.
 """
 from __future__ import annotations

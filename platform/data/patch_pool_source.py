@@ -11,7 +11,7 @@ Steps (each a small function below):
    converted to RGB (:func:`load_public_image`, float32 3×H×W in [0, 1] like
    :func:`platform.data.datasets.load_source_image`). A missing or undecodable file is a :class:`ConfigError` on
    ``public.image`` when the config loads (:func:`check_image_source`); like a data root, the file must be
-   visible wherever a config is loaded (every node of a cluster). ``platform.sweep`` hands trials the absolute
+   visible wherever a config is loaded (every node of a cluster). ``platform.sweep.command`` hands trials the absolute
    path, since Tune runs them in their own directories.
 2. **The crops**: :func:`algorithms.common.patch_pool.make_patch_pool` (the official pipeline of spec §2.2, uint8
    ``[N_pool, 3, S, S]``) with ``N_pool = public.size`` (default 50,000, the paper's main pool, spec §2.4), the
@@ -55,12 +55,12 @@ import numpy as np
 from algorithms.common.patch_pool import DEFAULT_SETTINGS, validate_settings
 from platform.data.datasets import (DATASETS, NOISE_IMAGE_SHAPE, SOURCE_IMAGES, Normalization, load_source_image)
 from platform.errors import ConfigError
-from platform.schema import spec
+from platform.config.schema import spec
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from platform.cache import Stage, StageCache
+    from platform.stages.cache import Stage, StageCache
     from platform.data.public import PublicDataConfig
 
 DEFAULT_POOL_SIZE = 50_000  # N_pool of the paper's main runs (spec/single_image.md §2.4)
@@ -263,7 +263,7 @@ class PatchPoolPlan:
 
     def stage(self) -> "Stage":
         import algorithms.common.patch_pool
-        from platform.cache import Stage, code_version
+        from platform.stages.cache import Stage, code_version
 
         return Stage(STAGE_NAME, code_version(algorithms.common.patch_pool, sys.modules[__name__]),
                      tuple(sorted(self.stage_fields())))

@@ -42,10 +42,10 @@ from platform.data.patch_pool_source import (DEFAULT_POOL_SIZE, PatchPoolConfig,
                                              image_reference, patch_pool, plan_patch_pool, pool_inputs,
                                              pool_samples)
 from platform.errors import ConfigError
-from platform.schema import spec
+from platform.config.schema import spec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from platform.cache import StageCache
+    from platform.stages.cache import StageCache
 
 PUBLIC_SOURCES = ("none", "train_split", "dataset", "image")
 PUBLIC_SPLITS = ("first_half", "random")
@@ -135,7 +135,7 @@ def _dataset_splits(name: str) -> tuple[str, ...]:
 def _public_dataset_cfg(cfg: PublicDataConfig, dataset_cfg):
     """A dataset config for the public dataset: its name, its root (or the private one), the private
     ``download`` setting, none of the private dataset's specific knobs."""
-    from platform.config import DatasetConfig
+    from platform.config.experiment import DatasetConfig
 
     root = cfg.root if cfg.root is not None else dataset_cfg.root
     return DatasetConfig(name=cfg.dataset, root=root, download=dataset_cfg.download)

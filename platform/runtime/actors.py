@@ -31,10 +31,10 @@ from algorithms import ClientContext, ServerContext, reduce_updates, resolve_alg
 from algorithms.base import aggregate_round, group_by_architecture, mean_metrics
 from algorithms.common import LocalTraining, evaluate, get_flat_weights, set_flat_weights
 from algorithms.common.batched_training import BatchingUnsupported, prefers_batched
-from platform.models import assign_architectures, build_model
-from platform.run_schema import MAX_ARRAY_ELEMENTS, RESULT_ARRAYS, RESULT_CLIENT_PATHS
+from platform.config.models import assign_architectures, build_model
+from platform.config.run_schema import MAX_ARRAY_ELEMENTS, RESULT_ARRAYS, RESULT_CLIENT_PATHS
 from platform.runtime.seeding import derived_seed, generator
-from platform.runtime.memo import Memos
+from platform.stages.memo import Memos
 from platform.runtime.state_store import ClientStateStore
 
 SERVER_STREAM_KEY = 2**32 - 1  # distinguishes the server's streams from every (round, client) stream
@@ -65,7 +65,7 @@ def _model_for(config, input_shape, num_classes, device, name: Optional[str] = N
         torch.manual_seed(config.stream_seed("init"))
         model = build_model(name, input_shape, num_classes)
     if config.pretrain.method != "none":
-        from platform.pretrain import load_pretrained_features
+        from platform.runtime.pretrain import load_pretrained_features
 
         load_pretrained_features(model, name, config, pretrained)
     return model.to(device)

@@ -49,7 +49,7 @@ class SharedData:
     public_ref: Optional[ray.ObjectRef] = None  # unlabelled public inputs (NumPy), if the config asks for them
     val_fraction: float = 0.0  # server.val_fraction the server's validation split was taken with
     val_ref: Optional[ray.ObjectRef] = None  # the server's validation split (x, y), from the training pool
-    # Pre-trained feature extractors (platform.pretrain), put in the object store once by the driver:
+    # Pre-trained feature extractors (platform.runtime.pretrain), put in the object store once by the driver:
     # (architecture, init seed, PretrainConfig) -> ObjectRef of the features state_dict.
     pretrained: Optional[dict] = None
     # public.source image: the pool's first crops, uint8 [<=64, 3, S, S], for the logged grid (public/patches.png)
@@ -63,7 +63,7 @@ class SharedData:
 
     def missing_pretrained(self, config) -> list[str]:
         """The architectures of ``config`` whose pre-trained features this data does not hold."""
-        from platform.pretrain import architectures_of, pretrained_key
+        from platform.runtime.pretrain import architectures_of, pretrained_key
 
         if config.pretrain.method == "none":
             return []
@@ -72,8 +72,8 @@ class SharedData:
 
     def pretrained_for(self, config) -> Optional[dict]:
         """architecture -> ObjectRef of its pre-trained features for ``config`` (None without pre-training);
-        raises :class:`platform.pretrain.PretrainNotPrepared` when one was not prepared."""
-        from platform.pretrain import PretrainNotPrepared, architectures_of, pretrained_key
+        raises :class:`platform.runtime.pretrain.PretrainNotPrepared` when one was not prepared."""
+        from platform.runtime.pretrain import PretrainNotPrepared, architectures_of, pretrained_key
 
         if config.pretrain.method == "none":
             return None
@@ -82,8 +82,8 @@ class SharedData:
             raise PretrainNotPrepared(
                 f"pretrain.method is {config.pretrain.method} but no pre-trained features of {', '.join(missing)} "
                 f"(init seed {config.stream_seed('init')}, {config.pretrain}) were prepared for this run; the "
-                f"driver prepares them before any trial starts (platform.pretrain.prepare_pretrained, done by "
-                f"platform.sweep and platform.run). Swept continuous pretrain.* values and swept dataset/public "
+                f"driver prepares them before any trial starts (platform.runtime.pretrain.prepare_pretrained, done by "
+                f"platform.sweep.command and platform.run). Swept continuous pretrain.* values and swept dataset/public "
                 f"sections cannot be prepared")
         return {a: self.pretrained[pretrained_key(config, a)] for a in architectures_of(config)}
 
@@ -508,7 +508,7 @@ def one_round_stage(config):
     import platform.data.public
     import platform.runtime.actors
     import platform.runtime.seeding
-    from platform.cache import Stage, code_version
+    from platform.stages.cache import Stage, code_version
 
     algorithm = resolve_algorithm(config.algorithm.name)
     own = [cls for cls in algorithm.__mro__ if cls.__module__.startswith("algorithms.") or cls is algorithm]
@@ -524,7 +524,7 @@ def one_round_stage(config):
 def replicate_over_seeds(config, seeds) -> list:
     """One config per seed (the sweep's ``seeds`` list); each stream seed then derives from it, except an explicit
     ``seeds.<stream>`` (the same in every replicate) and, with ``seeds.partition_from_seed``, the partition seed,
-    which is the replicate's seed itself (:meth:`platform.config.ExperimentConfig.stream_seed`)."""
+    which is the replicate's seed itself (:meth:`platform.config.experiment.ExperimentConfig.stream_seed`)."""
     return [dataclasses.replace(config, seed=int(s)) for s in seeds]
 
 

@@ -14,12 +14,12 @@ import ray
 
 from algorithms.base import CLIENT_EVALUATION_METRICS, STANDARD_METRICS
 
-from platform.config import apply_overrides, build_experiment
-from platform.cache import open_cache
+from platform.config.experiment import apply_overrides, build_experiment
+from platform.stages.cache import open_cache
 from platform.runtime.federation import (Federation, SharedData, WarmActors, one_round_stage,
                                          replicate_over_seeds, share_dataset)
 from platform.runtime.placement import current_placement, own_placement
-from platform.run_schema import REPORTED_TEST_METRICS, RESULT_ARRAYS, RESULT_CLIENT_PATHS, per_seed_key, tune_result
+from platform.config.run_schema import REPORTED_TEST_METRICS, RESULT_ARRAYS, RESULT_CLIENT_PATHS, per_seed_key, tune_result
 
 NOT_SUMMARISED = ("round", "clients")
 # Metrics also reported per seed, as ``<metric>/seed_<seed>`` (e.g. ``test_accuracy/seed_3``): the headline figures
@@ -110,7 +110,7 @@ def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: Sha
                 checkpoint_every: int = 0, cache_root: str | None = None, use_cache: bool = True,
                 search_metrics: tuple[str, ...] = ()) -> None:
     """Run one trial; with ``checkpoint_every`` > 0 it checkpoints every that many rounds and resumes from
-    the latest checkpoint when Tune restores it (``platform.sweep --resume``). ``search_metrics`` are reported per
+    the latest checkpoint when Tune restores it (``platform.sweep.command --resume``). ``search_metrics`` are reported per
     seed besides the headline metrics."""
     params = trial_config.get("params", trial_config)
     config = build_experiment(apply_overrides(base, params))

@@ -70,9 +70,9 @@ def _cached_by_alpha(uri: str, after: float) -> dict:
 
 
 def test_sweeps_keep_trials_checkpoints_and_cache_in_the_bucket(cluster, s3_bucket, tmp_path):
-    from platform.cache import Stage, StageCache
+    from platform.stages.cache import Stage, StageCache
     from platform.runtime.federation import ONE_ROUND_STAGE
-    from platform.storage import filesystem
+    from platform.stages.storage import filesystem
 
     home = tmp_path / "home"  # the results home: nothing of the sweep's storage may land here
     env = {**cluster["env"], "FEDSWEEP_HOME": str(home)}

@@ -63,7 +63,7 @@ def test_platform_run_logs_the_arrays_on_the_run(ray_local, tracking_uri, tmp_pa
 
 
 def test_sweep_logs_each_trials_arrays_on_its_child_run(ray_local, tracking_uri, tmp_path, capsys):
-    from platform.sweep import main
+    from platform.sweep.command import main
     from tests.conftest import mlflow_runs
 
     base = {k: v for k, v in BASE.items() if k != "resources"}  # a search space sets them at its top level

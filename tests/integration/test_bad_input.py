@@ -64,6 +64,8 @@ CASES = {
 
 # Run as a user would, in a fresh interpreter (exit status and all of stderr); the other cases call the same
 # entry points in this process (each fresh interpreter costs ~5 s of imports on 2 CPUs).
+# `python -m platform.sweep` runs the package's __main__; its main() is platform.sweep.command's
+COMMAND_MODULES = {"platform.sweep": "platform.sweep.command"}
 IN_A_NEW_PROCESS = {"unknown search space", "negative lr", "alpha inf", "tracking server not answering",
                     "a key with a newline"}
 
@@ -80,7 +82,7 @@ def test_bad_input_fails_cleanly(case, tmp_path, monkeypatch, capsys):
         monkeypatch.chdir(tmp_path)
         monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
         monkeypatch.delenv("FEDSWEEP_HOME", raising=False)
-        code = importlib.import_module(module).main(args)
+        code = importlib.import_module(COMMAND_MODULES.get(module, module)).main(args)
         stderr = capsys.readouterr().err
     assert code == 2, stderr
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
@@ -125,7 +127,7 @@ def test_a_public_pool_of_another_shape_than_the_private_inputs_is_refused(monke
     import numpy as np
 
     import platform.data.public as public
-    from platform.config import DatasetConfig
+    from platform.config.experiment import DatasetConfig
     from platform.data import load_dataset
     from platform.errors import ConfigError
 

@@ -5,9 +5,9 @@ import sys
 
 FIRST_USE = """
 import sys
-from platform.optuna_store import StudyRecorder
-from platform.search_space import load_search_space
-from platform.tracking import Tracker
+from platform.sweep.optuna_store import StudyRecorder
+from platform.config.search_space import load_search_space
+from platform.results.tracking import Tracker
 
 uri, storage, name = sys.argv[1:4]
 tracker = Tracker(uri, "smoke")

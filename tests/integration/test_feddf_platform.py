@@ -1,7 +1,7 @@
 """FedDF on the platform (real Ray actors): per-round distillation metrics, homogeneous and mixed architectures."""
 import math
 
-from platform.config import build_experiment
+from platform.config.experiment import build_experiment
 from platform.runtime.trial import run_rounds, start_federations, stop_federations
 
 ROUNDS = 3

@@ -19,7 +19,7 @@ def _raw(name: str) -> dict:
 def test_feded_beta_loads_as_one_question():
     from algorithms.feded import FedED, FedEDHyperparams
     from platform.runtime.federation import replicate_over_seeds
-    from platform.search_space import grid_points, load_search_space
+    from platform.config.search_space import grid_points, load_search_space
 
     space = load_search_space("feded_beta")
     assert space.scenarios == {"partition.alpha": tuple(ALPHAS)} and len(space.cells()) == 4
@@ -52,7 +52,7 @@ def test_feded_beta_loads_as_one_question():
 
 
 def test_the_continuation_differs_only_in_beta():
-    from platform.search_space import load_search_space
+    from platform.config.search_space import load_search_space
 
     grid, continuous = _raw("feded_beta"), _raw("feded_beta_continuous")
     assert continuous["base"] == grid["base"] and continuous["scenarios"] == grid["scenarios"]

@@ -5,8 +5,8 @@ from tests.conftest import REPO_ROOT, mlflow_runs
 
 
 def test_feded_beta_trials_share_one_client_stage(ray_local, tracking_uri, tmp_path, capsys):
-    from platform.cache import StageCache
-    from platform.sweep import main
+    from platform.stages.cache import StageCache
+    from platform.sweep.command import main
 
     space = yaml.safe_load(open(f"{REPO_ROOT}/search_spaces/feded_beta.yaml"))
     space["scenarios"]["partition.alpha"] = [0.01]  # one upstream config (one alpha) for both trials

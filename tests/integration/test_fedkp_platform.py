@@ -4,7 +4,7 @@ import os
 import pytest
 import yaml
 
-from platform.config import load_experiment
+from platform.config.experiment import load_experiment
 from platform.runtime.trial import run_rounds, start_federations, stop_federations
 from tests.conftest import mlflow_runs
 
@@ -33,8 +33,8 @@ def test_fedkp_cm_within_two_points_of_fedavg(ray_local):
 def test_second_one_round_trial_trains_no_client(ray_local, tracking_uri, tmp_path, capsys):
     """fedkp_bandwidth in one-round mode: one trial in each variant's cell, one upstream config -> one client stage
     computed, reused by the other cell."""
-    from platform.cache import StageCache
-    from platform.sweep import main
+    from platform.stages.cache import StageCache
+    from platform.sweep.command import main
 
     cache_dir = tmp_path / "cache"
     rc = main(["fedkp_bandwidth", "--num-samples", "1", "--set", "clients.local_epochs=2", "--tracking-uri",
@@ -55,7 +55,7 @@ def test_second_one_round_trial_trains_no_client(ray_local, tracking_uri, tmp_pa
 
 def test_fedpa_sweep_rejects_asha_before_burn_in(tmp_path):
     from platform.errors import ConfigError
-    from platform.search_space import load_search_space
+    from platform.config.search_space import load_search_space
 
     # The shipped sweep runs every (B, rho) point to the end (no scheduler); with ASHA, every burn-in cell must
     # keep its trials until B + burnin_margin: B = 37 + 5 = 42 rounds in the largest cell.

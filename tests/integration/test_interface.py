@@ -15,7 +15,7 @@ from algorithms.common import evaluate, get_flat_weights, set_flat_weights, trai
 from algorithms.common.params import spec
 from algorithms.common.privacy import GaussianMechanism, GaussianNoise, NormClip, apply_postprocessors
 from algorithms.fedavg import FedAvg
-from platform.config import build_experiment
+from platform.config.experiment import build_experiment
 from platform.runtime.federation import client_splits, share_dataset
 from platform.runtime.trial import run_rounds, start_federations, stop_federations
 
@@ -125,7 +125,7 @@ def test_two_architecture_fedavg_averages_within_groups(ray_local):
 
 def test_fedavg_state_per_architecture_is_the_mean_of_that_group_only():
     from algorithms.base import ServerContext, aggregate_round, initial_weights
-    from platform.models import build_model
+    from platform.config.models import build_model
 
     torch.manual_seed(0)
     models = {"cnn": build_model("cnn", (1, 8, 8), 10), "mlp": build_model("mlp", (1, 8, 8), 10)}
@@ -305,7 +305,7 @@ class Memoising(FedAvg):
 
 
 def test_memo_computes_once_per_key_across_trials(ray_local, tmp_path):
-    from platform.cache import StageCache
+    from platform.stages.cache import StageCache
 
     cache = StageCache(str(tmp_path / "cache"))
 

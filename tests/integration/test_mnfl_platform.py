@@ -5,7 +5,7 @@ import os
 
 import ray
 
-from platform.config import build_experiment
+from platform.config.experiment import build_experiment
 from platform.runtime.federation import Federation, WarmActors
 from platform.runtime.placement import own_placement
 from platform.runtime.trial import run_rounds, start_federations, stop_federations

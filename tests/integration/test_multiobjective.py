@@ -29,14 +29,14 @@ def front_lines(out: str) -> list[str]:
 
 
 def non_dominated(points: dict[str, tuple]) -> set[str]:
-    """Brute force, independent of platform.pareto: keys whose point no other point beats (objectives: max, min)."""
+    """Brute force, independent of platform.sweep.pareto: keys whose point no other point beats (objectives: max, min)."""
     def beats(a, b):
         return a[0] >= b[0] and a[1] <= b[1] and (a[0] > b[0] or a[1] < b[1])
     return {k for k, p in points.items() if not any(beats(q, p) for q in points.values())}
 
 
 def test_grid_multiobjective_logs_the_pareto_front(ray_local, tracking_uri, tmp_path, capsys):
-    from platform.sweep import main
+    from platform.sweep.command import main
 
     path = write_space(tmp_path, "multi_grid", {"clients.lr": {"grid": [0.01, 0.05, 0.2]}},
                        {"searcher": "grid", "num_samples": 1, "metric": ["val_accuracy", "train_loss"], "seeds": [0]})
@@ -80,7 +80,7 @@ def test_grid_multiobjective_logs_the_pareto_front(ray_local, tracking_uri, tmp_
 
 
 def test_tpe_multiobjective_runs(ray_local, tracking_uri, tmp_path, capsys):
-    from platform.sweep import main
+    from platform.sweep.command import main
 
     path = write_space(tmp_path, "multi_tpe", {"clients.lr": {"loguniform": [0.01, 0.2]}},
                        {"searcher": "tpe", "num_samples": 3, "metric": ["val_accuracy", "train_loss"],

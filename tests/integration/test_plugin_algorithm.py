@@ -116,8 +116,8 @@ def _write(path, space) -> str:
 
 
 def test_sweep_over_a_plugin_algorithm(ray_local, tracking_uri, tmp_path, capsys):
-    from platform.search_space import load_search_space
-    from platform.sweep import main
+    from platform.config.search_space import load_search_space
+    from platform.sweep.command import main
     from tests.conftest import REPO_ROOT, mlflow_runs, run_cli
 
     path = _write(tmp_path / "plugin_beta.yaml", SPACE)
@@ -158,7 +158,7 @@ def test_sweep_over_a_plugin_algorithm(ray_local, tracking_uri, tmp_path, capsys
 
 
 def test_selecting_on_an_undeclared_metric_fails_before_writing(tmp_path, capsys):
-    from platform.sweep import main
+    from platform.sweep.command import main
 
     path = _write(tmp_path / "unknown_metric.yaml", {**SPACE, "search": {**SPACE["search"], "metric": "not_a_metric"}})
     db, storage = tmp_path / "out" / "mlflow.db", tmp_path / "out" / "tune"

@@ -1,4 +1,4 @@
-"""SimCLR pre-training of h_0 (platform.pretrain, spec/fedaux.md §3.2 P1) on real Ray: a Ray Train TorchTrainer with
+"""SimCLR pre-training of h_0 (platform.runtime.pretrain, spec/fedaux.md §3.2 P1) on real Ray: a Ray Train TorchTrainer with
 2 workers on the embedded default (digits32, public train_split first_half), the stage cache, and the features
 reaching every model a federation builds (server and clients) while the heads stay as initialised."""
 from __future__ import annotations
@@ -8,11 +8,11 @@ import pytest
 import ray
 import torch
 
-from platform.cache import StageCache
-from platform.config import build_experiment
+from platform.stages.cache import StageCache
+from platform.config.experiment import build_experiment
 from platform.errors import ConfigError
-from platform.models import build_model
-from platform.pretrain import (STAGE_NAME, PretrainNotPrepared, latest_checkpoint, prepare_pretrained,
+from platform.config.models import build_model
+from platform.runtime.pretrain import (STAGE_NAME, PretrainNotPrepared, latest_checkpoint, prepare_pretrained,
                                pretrain_features)
 from platform.runtime.federation import share_dataset
 from platform.runtime.trial import run_rounds, start_federations, stop_federations

@@ -49,7 +49,7 @@ def _ablation_rows(markdown: str) -> dict[str, list[str]]:
 def test_report_on_a_real_sweep(ray_local, one_torch_thread, tracking_uri, tmp_path, capsys):
     import pyarrow.parquet as pq
 
-    from platform.sweep_results import load_sweep, trials_table
+    from platform.results.sweep_results import load_sweep, trials_table
 
     run_tiny_sweep(SPACE, NAME, tracking_uri, tmp_path, capsys)
     client, runs = mlflow_runs(tracking_uri, NAME)
@@ -83,7 +83,7 @@ def test_report_on_a_real_sweep(ray_local, one_torch_thread, tracking_uri, tmp_p
     assert f"| FedProx | algorithm.name=fedprox | `test_accuracy` | 0.5000 ± 0.0100 | {mean:.4f} ± {std:.4f} | 2 |" \
         in markdown  # the reference value next to ours
 
-    # The sweep-level table and plots, logged by the sweep itself when it ended (platform.sweep_outputs)
+    # The sweep-level table and plots, logged by the sweep itself when it ended (platform.sweep.outputs)
     parent_id = parent.info.run_id
     assert {a.path for a in client.list_artifacts(parent_id, "trials")} == {"trials/trials.csv", "trials/trials.parquet"}
     assert {a.path for a in client.list_artifacts(parent_id, "sensitivity")} == {

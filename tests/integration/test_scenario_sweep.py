@@ -40,8 +40,8 @@ def fresh_draws(seed: int, count: int) -> list[float]:
 
 
 def test_each_cell_is_a_study_of_its_own(ray_local, one_torch_thread, tracking_uri, tmp_path, capsys):
-    from platform.search_space import cell_sampler_seed
-    from platform.sweep import main
+    from platform.config.search_space import cell_sampler_seed
+    from platform.sweep.command import main
 
     path = tmp_path / "scen.yaml"
     path.write_text(yaml.safe_dump(SPACE, sort_keys=False))
@@ -110,7 +110,7 @@ def test_each_cell_is_a_study_of_its_own(ray_local, one_torch_thread, tracking_u
     assert main([*args, "--resume"]) == 2
     assert "--resume: no unfinished sweep of 'scen'" in capsys.readouterr().err
     # ... but one interrupted after its cells finished skips every cell: the same bests, no new trial
-    from platform.sweep import STATE_FILE
+    from platform.sweep.command import STATE_FILE
 
     (sweep_dir,) = (tmp_path / "tune").iterdir()
     state = json.loads((sweep_dir / STATE_FILE).read_text())

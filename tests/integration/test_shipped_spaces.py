@@ -23,7 +23,7 @@ def _raw(name: str) -> dict:
 def _cell_configs(cell) -> list:
     """Every configuration the sweep can build in one cell: the whole grid (grid searcher), or the base and every
     candidate value of every parameter with its conditions (the others)."""
-    from platform.search_space import grid_points
+    from platform.config.search_space import grid_points
 
     if cell.search.searcher == "grid":
         return [cell.trial_config(point) for point in grid_points(cell)]
@@ -40,7 +40,7 @@ def test_the_rewritten_spaces_are_shipped():
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_space_loads_and_builds_every_cell(name):
-    from platform.search_space import load_search_space
+    from platform.config.search_space import load_search_space
 
     space = load_search_space(name)
     assert not set(space.scenarios) & set(space.parameters)  # a scenario key never enters the sampler
@@ -64,7 +64,7 @@ def test_every_shipped_space_loads_and_builds_every_cell(name):
 
 @pytest.mark.parametrize("name", REWRITTEN)
 def test_the_rewritten_spaces_ask_one_question(name):
-    from platform.search_space import load_search_space
+    from platform.config.search_space import load_search_space
 
     space = load_search_space(name)
     assert space.description.startswith("One question: ")
@@ -76,7 +76,7 @@ def test_the_rewritten_spaces_ask_one_question(name):
 
 
 def test_fedpa_sweeps_rho_per_burn_in():
-    from platform.search_space import grid_points, load_search_space
+    from platform.config.search_space import grid_points, load_search_space
 
     space = load_search_space("fedpa_shrinkage_burnin")
     assert space.scenarios == {"algorithm.burnin_rounds": (12, 25, 37)}
@@ -97,7 +97,7 @@ def test_fedpa_sweeps_rho_per_burn_in():
 
 
 def test_mnfl_rho_sweeps_rho_alone():
-    from platform.search_space import grid_points, load_search_space
+    from platform.config.search_space import grid_points, load_search_space
 
     space = load_search_space("mnfl_rho")
     assert space.scenarios == {} and list(space.parameters) == ["algorithm.rho"]
@@ -113,7 +113,7 @@ def test_mnfl_rho_sweeps_rho_alone():
 
 
 def test_fedaux_dp_sweeps_epsilon_per_lambda():
-    from platform.search_space import grid_points, load_search_space
+    from platform.config.search_space import grid_points, load_search_space
 
     space = load_search_space("fedaux_dp")
     assert space.scenarios == {"algorithm.lam": (0.001, 0.01, 0.1, 1.0)}
@@ -128,7 +128,7 @@ def test_fedaux_dp_sweeps_epsilon_per_lambda():
 
 
 def test_single_image_arms_are_cells_with_their_own_knobs():
-    from platform.search_space import load_search_space
+    from platform.config.search_space import load_search_space
 
     space = load_search_space("single_image_pruning")
     assert space.scenarios == {"algorithm.kmeans": (False, True), "algorithm.entropy": (False, True)}

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import ray
 
-from platform.cache import open_cache
-from platform.config import build_experiment
+from platform.stages.cache import open_cache
+from platform.config.experiment import build_experiment
 from platform.runtime.federation import share_dataset
 from platform.runtime.trial import run_rounds, start_federations, stop_federations
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from platform.mlflow_ui import free_port, run_link, start_server, stop_server, wait_for_server  # noqa: E402
+from platform.results.mlflow_ui import free_port, run_link, start_server, stop_server, wait_for_server  # noqa: E402
 
 SWEPT = ["algorithm.name", "algorithm.mu", "clients.lr"]  # search_spaces/smoke.yaml
 METRIC = "val_accuracy"
@@ -99,7 +99,7 @@ def mlflow_server(store):
 def sweep(store, mlflow_server, ray_local) -> Sweep:
     from mlflow.tracking import MlflowClient
 
-    from platform.sweep import main
+    from platform.sweep.command import main
 
     root, uri = store
     out = io.StringIO()
@@ -251,7 +251,7 @@ def _check_answer_is_published(client, parent, children, out):
     persistent Optuna study holds every trial with its MLflow run and plots on the parent."""
     import optuna
 
-    from platform.mlflow_ui import run_link
+    from platform.results.mlflow_ui import run_link
 
     best = max(children, key=lambda c: c.data.metrics["final_val_accuracy"])
     assert parent.data.tags["best_trial_run_id"] == best.info.run_id

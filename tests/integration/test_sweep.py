@@ -25,7 +25,7 @@ FAST_SPACE = {
 
 
 def test_grid_with_conditional_parameter_and_seeds(ray_local, tracking_uri, tmp_path, capsys):
-    from platform.sweep import main
+    from platform.sweep.command import main
 
     path = tmp_path / "conditional.yaml"
     path.write_text(yaml.safe_dump(FAST_SPACE))
@@ -52,7 +52,7 @@ def test_grid_with_conditional_parameter_and_seeds(ray_local, tracking_uri, tmp_
 
 def test_failed_trial_is_marked_failed(ray_local, tracking_uri, tmp_path, capsys):
     """A trial that raises ends FAILED in MLflow with status tag 'failed'; the sweep exits non-zero."""
-    from platform.sweep import main
+    from platform.sweep.command import main
 
     space = dict(FAST_SPACE)
     # a partition no draw can satisfy (12 clients, 10 classes, α tiny, every client needs > 0.99 of a class):
@@ -74,7 +74,7 @@ def test_failed_trial_is_marked_failed(ray_local, tracking_uri, tmp_path, capsys
 def test_a_long_study_runs_as_several_tune_experiments(ray_local, tracking_uri, tmp_path, capsys):
     """search.trials_per_experiment 2, 5 trials: three Tune experiments, one study: each trial one run, numbered
     on, new draws in every experiment, the best chosen among all five."""
-    from platform.sweep import main
+    from platform.sweep.command import main
 
     space = {**FAST_SPACE, "base": {**FAST_SPACE["base"], "rounds": 1},
              "parameters": {"clients.lr": {"loguniform": [0.005, 0.2]}},
@@ -132,7 +132,7 @@ def test_trial_stopped_by_asha_is_tagged_with_its_round(ray_local, tracking_uri,
     rounds' values) in the persistent Optuna study."""
     import optuna
 
-    from platform.sweep import main
+    from platform.sweep.command import main
 
     space = {**FAST_SPACE, "parameters": {"clients.lr": {"grid": [0.05, 0.00001]}},
              "base": {**FAST_SPACE["base"], "rounds": 3},
@@ -224,7 +224,7 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
     from mlflow.tracking import MlflowClient
 
     from platform.cli import _descendants
-    from platform.sweep import main
+    from platform.sweep.command import main
 
     rounds = 40  # many short rounds: the kill after round 2 lands while the trial still runs (batched rounds are fast)
     space = {**FAST_SPACE, "parameters": {"clients.lr": {"grid": [0.05]}},
@@ -266,7 +266,7 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
 
 def _resumable_sweep(tmp_path, name: str, **search) -> tuple[str, list[str]]:
     """A 3-trial, 4-round sweep, one trial at a time, checkpointed every 2 rounds, in space ``name`` (``search``:
-    more search settings): (tracking URI, the ``platform.sweep`` arguments that run it). The store is the test's
+    more search settings): (tracking URI, the ``platform.sweep.command`` arguments that run it). The store is the test's
     ``tracking_uri`` (tmp_path/mlflow.db)."""
     space = dict(FAST_SPACE)
     space["base"] = {**FAST_SPACE["base"], "rounds": 4}
@@ -311,7 +311,7 @@ def test_a_trial_handed_a_dead_reused_actor_is_run_again(ray_local, tmp_path):
     completes. Plain Tune, a real process killed with SIGKILL while its actor sits in Tune's cache."""
     from ray import tune
 
-    from platform import _tune_fixes
+    from platform.sweep import _tune_fixes
 
     assert _tune_fixes.apply()
 

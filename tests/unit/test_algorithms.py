@@ -9,7 +9,7 @@ from algorithms.base import aggregate_round
 from algorithms import ALGORITHMS, ClientContext, ClientUpdate, ServerContext, reduce_updates
 from algorithms.common import LocalTraining, get_flat_weights, set_flat_weights
 from algorithms.common.server_optimizer import server_step
-from platform.models import build_model
+from platform.config.models import build_model
 
 
 def _model(seed=0):

@@ -5,16 +5,16 @@ import numpy as np
 import pytest
 import torch
 
-from platform.config import load_experiment
+from platform.config.experiment import load_experiment
 from platform.errors import ConfigError
-from platform.run_schema import MAX_ARRAY_ELEMENTS, RESULT_ARRAYS
+from platform.config.run_schema import MAX_ARRAY_ELEMENTS, RESULT_ARRAYS
 from platform.runtime.actors import arrays_due, plottable_arrays
 
 
 def test_write_array_artifacts_writes_a_csv_that_reads_back_exactly_and_a_heatmap_png(tmp_path):
     from PIL import Image
 
-    from platform.tracking import write_array_artifacts
+    from platform.results.tracking import write_array_artifacts
 
     array = np.array([[0.1, 0.2, 0.7], [1 / 3, 1 / 3, 1 / 3], [0.0, -1e-12, 1e6]])
     written = write_array_artifacts("coefficients", array.tolist(), 5, str(tmp_path))
@@ -42,7 +42,7 @@ def test_write_array_artifacts_writes_a_csv_that_reads_back_exactly_and_a_heatma
 def test_heatmap_title_and_generic_axis_labels(tmp_path, monkeypatch):
     from matplotlib.figure import Figure
 
-    from platform.tracking import array_heatmap
+    from platform.results.tracking import array_heatmap
 
     seen = {}
     save = Figure.savefig
@@ -88,7 +88,7 @@ def test_plottable_arrays_are_nested_float_lists_and_oversized_ones_are_skipped_
 
 def test_arrays_are_not_metrics_and_travel_with_the_first_seed():
     from platform.runtime.trial import summarise_seeds
-    from platform.tracking import round_metrics
+    from platform.results.tracking import round_metrics
 
     per_seed = [{"round": 2, "val_accuracy": 0.5, RESULT_ARRAYS: {"c": [[1.0]]}},
                 {"round": 2, "val_accuracy": 0.7, RESULT_ARRAYS: {"c": [[2.0]]}}]
@@ -105,8 +105,8 @@ def test_tune_sees_only_the_selection_numbers_and_mlflow_gets_every_metric():
     of every numeric key of every trial for the whole sweep); the callback still logs every metric."""
     import math
 
-    from platform.run_schema import RESULT_DETAILS, tune_result
-    from platform.tracking import round_metrics
+    from platform.config.run_schema import RESULT_DETAILS, tune_result
+    from platform.results.tracking import round_metrics
 
     metrics = {"round": 3, "val_accuracy": 0.6, "val_accuracy_std": 0.1, "test_accuracy": 0.55, "train_loss": 1.5,
                "val_accuracy/seed_0": 0.5, "round_seconds": 0.2, "client_val_accuracy": float("nan"),

@@ -18,7 +18,7 @@ from algorithms.common.training import LocalTraining
 from algorithms.common.weights import get_flat_weights
 from algorithms.fedavg import FedAvg
 from algorithms.fedprox import FedProx, FedProxHyperparams
-from platform.models import build_model
+from platform.config.models import build_model
 from platform.runtime.seeding import derived_seed, generator
 
 SIZES = [7, 18, 3, 14]  # unequal: 2, 5, 1 and 4 steps of B=4 per epoch, last batches of 3, 2, 3 and 2
@@ -158,7 +158,7 @@ def test_auto_rule():
 # --- the client actor (no Ray) ---------------------------------------------------------------------------------
 
 def _pool(batched, model="cnn", per_round=4, algorithm=None):
-    from platform.config import load_experiment
+    from platform.config.experiment import load_experiment
     from platform.data import load_dataset
     from platform.runtime.actors import ClientPool
 
@@ -204,7 +204,7 @@ def test_fallback_is_reported_when_the_method_cannot_batch():
 
 def test_config_switch():
     from algorithms.errors import ConfigError
-    from platform.config import load_experiment
+    from platform.config.experiment import load_experiment
 
     assert load_experiment({}).clients.batched == "auto"
     assert load_experiment({"clients": {"batched": True}}).clients.batched == "on"  # YAML's bare `on`
@@ -215,7 +215,7 @@ def test_config_switch():
 
 def test_profile_names_the_path():
     from platform.run import profile_table
-    from platform.run_schema import RESULT_CLIENT_PATHS
+    from platform.config.run_schema import RESULT_CLIENT_PATHS
 
     rounds = [{"round": r, "seconds": 0.1, RESULT_CLIENT_PATHS: "cnn: batched, 5 clients (auto: ...); "
                                                                "cnn: sequential, 1 clients (auto: one client)"}

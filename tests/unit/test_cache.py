@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from platform.cache import Stage, StageCache, stage_key
+from platform.stages.cache import Stage, StageCache, stage_key
 
 STAGE = Stage("clients", "v1", ("dataset.name", "partition.alpha", "seed"))
 
@@ -93,7 +93,7 @@ def _names(cache) -> list[str]:
     """The names under the stage's directory (or prefix)."""
     import pyarrow.fs as pafs
 
-    from platform.storage import filesystem
+    from platform.stages.storage import filesystem
 
     fs, inner = filesystem(cache.store.join(STAGE.name))
     return [i.base_name for i in fs.get_file_info(pafs.FileSelector(inner))]

@@ -21,10 +21,10 @@ import jsonschema
 import pytest
 import yaml
 
-from platform.config import ResourcesConfig
+from platform.config.experiment import ResourcesConfig
 from platform.errors import ConfigError
-from platform.schema import build
-from platform.search_space import load_search_space
+from platform.config.schema import build
+from platform.config.search_space import load_search_space
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTERS = REPO / "clusters"
@@ -195,7 +195,7 @@ def test_setup_commands_install_the_package_from_the_mounted_checkout(launcher):
 
 def test_head_serves_the_mlflow_store_that_job_drivers_write(launcher, monkeypatch, tmp_path):
     """Under `ray job submit` the driver (on the head) writes sqlite:///~/fedsweep/mlflow.db by default."""
-    from platform.tracking import resolve_tracking_uri
+    from platform.results.tracking import resolve_tracking_uri
 
     name, config = launcher
     server = [c for c in config["head_start_ray_commands"] if "mlflow server" in c]

@@ -1,7 +1,7 @@
 """Config validation: every bad value gets one error naming the field and what is allowed."""
 import pytest
 
-from platform.config import load_experiment, parse_override
+from platform.config.experiment import load_experiment, parse_override
 from platform.errors import ConfigError
 
 
@@ -106,7 +106,7 @@ def test_partition_seed_from_the_replicate_seed():
     """seeds.partition_from_seed: replicate seed s partitions with seed s exactly; without it nothing changes."""
     import numpy as np
 
-    from platform.config import SEED_STREAMS
+    from platform.config.experiment import SEED_STREAMS
     from platform.runtime.federation import one_round_stage_fields, replicate_over_seeds
 
     def derived(seed, stream):  # the derivation every stream had before, pinned
@@ -142,7 +142,7 @@ def test_heterogeneous_architectures_need_a_method_that_declares_them():
 
 
 def test_architecture_shares_and_seeded_assignment():
-    from platform.models import assign_architectures
+    from platform.config.models import assign_architectures
 
     assert assign_architectures(["cnn", "mlp", "leaf_cnn"], 20).count("cnn") == 6  # 6/7/7: later blocks larger
     shares = assign_architectures([{"name": "cnn", "share": 3}, {"name": "mlp"}], 8)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from platform.config import build_experiment
+from platform.config.experiment import build_experiment
 from platform.errors import UserError
 
 DEFAULT = build_experiment({}).flat()

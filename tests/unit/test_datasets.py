@@ -15,12 +15,12 @@ import struct
 import numpy as np
 import pytest
 
-from platform.config import DatasetConfig, load_experiment
+from platform.config.experiment import DatasetConfig, load_experiment
 from platform.data import DATASETS, NORMALIZATIONS, ArrayDataset, load_dataset
 from platform.data.datasets import generate_synthetic, load_source_image, normalize
 from platform.data.public import PublicDataConfig, check_public_available, split_public
 from platform.errors import ConfigError
-from platform.schema import build
+from platform.config.schema import build
 
 RNG = np.random.default_rng(12345)
 
@@ -565,7 +565,7 @@ def test_digits_are_sklearns_load_digits_read_without_importing_sklearn():
     assert images.dtype == bunch.images.dtype and target.dtype == bunch.target.dtype
     assert np.array_equal(images, bunch.images) and np.array_equal(target, bunch.target)
     done = subprocess.run([sys.executable, "-c", "import sys; from platform.data import load_dataset; "
-                                                 "from platform.config import DatasetConfig; "
+                                                 "from platform.config.experiment import DatasetConfig; "
                                                  "load_dataset(DatasetConfig(name='digits')); "
                                                  "print('sklearn' in sys.modules)"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)

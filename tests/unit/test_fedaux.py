@@ -17,7 +17,7 @@ from algorithms.fedaux import FedAUX, FedAUXHyperparams, extract_features
 from algorithms.feddf import FedDF, FedDFHyperparams
 from algorithms.models import build_model
 from platform.errors import ConfigError
-from platform.schema import build
+from platform.config.schema import build
 
 CPU = torch.device("cpu")
 DIGITS = (1, 8, 8)

@@ -13,7 +13,7 @@ from algorithms.fedavg import FedAvg
 from algorithms.feddf import FedDF, FedDFHyperparams, cosine_restart_steps, predict_logits
 from algorithms.models import build_model
 from platform.errors import ConfigError
-from platform.schema import build
+from platform.config.schema import build
 
 CPU = torch.device("cpu")
 DIGITS = (1, 8, 8)

@@ -15,8 +15,8 @@ from algorithms.common.distillation import (DISTILLATION_LOSSES, ce_hard, distil
 from algorithms.feded import (FedED, FedEDHyperparams, ae_weights, class_weights, data_size_weights,
                               ensemble_accuracy, ensemble_teacher, ensemble_weights, mean_weights)
 from platform.errors import ConfigError
-from platform.models import build_model
-from platform.schema import build
+from platform.config.models import build_model
+from platform.config.schema import build
 
 CPU = torch.device("cpu")
 DIGITS = (1, 8, 8)
@@ -366,7 +366,7 @@ LEARNING_SEEDS = (0, 1, 2)
 
 
 def _digits_feded(seed: int, alpha: float = 0.01):
-    from platform.config import DatasetConfig
+    from platform.config.experiment import DatasetConfig
     from platform.data import load_dataset
     from platform.data.partition import dirichlet_partition
     from platform.data.public import PublicDataConfig, split_public

@@ -13,7 +13,7 @@ from algorithms.common import LocalTraining, get_flat_weights, parameter_mask
 from algorithms.fedkp import (FedKPCMHyperparams, FedKPHyperparams, FedKPPAHyperparams, bandwidths,
                               cluster_mean_shift_inplace, fedkp_aggregate, mean_shift, weight_profile)
 from platform.errors import ConfigError
-from platform.schema import build
+from platform.config.schema import build
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -301,7 +301,7 @@ def test_fedkp_bandwidth_thesis_arm_runs_the_authors_in_place_mean_shift():
     """The sweep's FedKP_cm arm is the thesis's: cluster_mode sequential_inplace (issue 16; §12 A4), and --set
     switches it to Alg. 10 as written. The docs say the in-place behaviour is verified and what a relative tol
     needs."""
-    from platform.search_space import load_search_space
+    from platform.config.search_space import load_search_space
 
     space = load_search_space("fedkp_bandwidth")
     assert list(space.parameters) == ["algorithm.bandwidth_scaling"]  # one question: s, per variant

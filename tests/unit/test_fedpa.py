@@ -10,7 +10,7 @@ from algorithms import ALGORITHMS, ClientContext, ServerContext, reduce_updates
 from algorithms.common import LocalTraining, get_flat_weights, set_flat_weights
 from algorithms.fedpa import FedPAHyperparams, IASGSampler, fedpa_delta, fedpa_delta_direct, fedpa_local
 from platform.errors import ConfigError
-from platform.schema import build
+from platform.config.schema import build
 
 
 def _model(seed=0):

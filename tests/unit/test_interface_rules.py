@@ -93,7 +93,7 @@ def test_run_accepts_a_search_space_path_like_its_name(tmp_path):
 def test_search_space_metric_must_be_declared_and_mode_defaults_to_it(tmp_path):
     import yaml
 
-    from platform.search_space import load_search_space
+    from platform.config.search_space import load_search_space
 
     def space(search, base=None):
         path = tmp_path / "s.yaml"
@@ -116,7 +116,7 @@ def test_stage_code_version_follows_the_source(tmp_path, monkeypatch):
     import importlib
     import sys
 
-    from platform.cache import code_version
+    from platform.stages.cache import code_version
 
     module_path = tmp_path / "stage_mod_for_test.py"
     module_path.write_text("def compute():\n    return 1\n")

@@ -3,7 +3,7 @@ the config's fields. FedED's are the thesis's client training (spec/feded.md §3
 import pytest
 
 from algorithms.fedavg import FedAvg
-from platform.config import ClientsConfig, load_experiment, method_defaults
+from platform.config.experiment import ClientsConfig, load_experiment, method_defaults
 from platform.errors import ConfigError
 
 HERE = "tests.unit.test_method_defaults"
@@ -63,7 +63,7 @@ def test_an_explicit_key_wins_from_the_file_and_from_set():
 def test_the_method_is_resolved_before_its_defaults_apply_even_when_drawn_by_a_search_space(tmp_path):
     import yaml
 
-    from platform.search_space import load_search_space
+    from platform.config.search_space import load_search_space
 
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({"base": {"rounds": 1, "public": {"source": "train_split"},

@@ -9,8 +9,8 @@ from algorithms.base import aggregate_round
 from algorithms.common import LocalTraining, get_flat_weights, set_flat_weights
 from algorithms.mnfl import C_UPDATE_ORDERS, MNFL, MNFLHyperparams
 from platform.errors import ConfigError
-from platform.models import build_model
-from platform.schema import build
+from platform.config.models import build_model
+from platform.config.schema import build
 
 CPU = torch.device("cpu")
 DIGITS = (1, 8, 8)

@@ -17,9 +17,9 @@ from algorithms.mnfl import MNFL, MNFLHyperparams
 from algorithms.mnfl_baselines import (FedMD, FedMDHyperparams, SimPFL, SimPFLHyperparams, TopKPFL,
                                        TopKPFLHyperparams)
 from algorithms.pfeddf import PFedDF, PFedDFHyperparams
-from platform.config import build_experiment
+from platform.config.experiment import build_experiment
 from platform.errors import ConfigError
-from platform.models import build_model
+from platform.config.models import build_model
 
 CPU = torch.device("cpu")
 DIGITS = (1, 8, 8)

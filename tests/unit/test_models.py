@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from platform.errors import ConfigError
-from platform.models import (AUTOENCODERS, MODELS, Classifier, assign_architectures, build_autoencoder,
+from platform.config.models import (AUTOENCODERS, MODELS, Classifier, assign_architectures, build_autoencoder,
                              build_model)
 
 MNIST, DIGITS, CIFAR = (1, 28, 28), (1, 8, 8), (3, 32, 32)

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import cloudpickle
 import pytest
 
-from platform.config import build_experiment
+from platform.config.experiment import build_experiment
 from platform.errors import ConfigError
-from platform.search_space import parse_distribution
+from platform.config.search_space import parse_distribution
 
 
 @pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps])
@@ -46,7 +46,7 @@ def test_search_space_ranges_must_be_finite():
 
 
 def test_a_diverged_trial_is_never_the_best():
-    from platform.sweep import _ranked_results
+    from platform.sweep.command import _ranked_results
 
     def result(value, error=None):
         return SimpleNamespace(error=error, metrics={"val_loss": value})
@@ -61,10 +61,10 @@ def test_a_trial_ending_on_nan_is_tagged_diverged(tmp_path):
     (and FAIL in the Optuna record), not "completed"."""
     from mlflow.tracking import MlflowClient
 
-    from platform.optuna_store import StudyRecorder, load_study
-    from platform.search_space import load_search_space
-    from platform.sweep_callback import MlflowSweepCallback
-    from platform.tracking import Tracker
+    from platform.sweep.optuna_store import StudyRecorder, load_study
+    from platform.config.search_space import load_search_space
+    from platform.sweep.callback import MlflowSweepCallback
+    from platform.results.tracking import Tracker
 
     uri, storage = f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}"
     space = load_search_space("smoke", {}, None)
@@ -90,9 +90,9 @@ def test_the_callback_keeps_only_ids_of_ended_trials(tmp_path):
     run id, name, number and last round, not its metrics or history."""
     import pickle
 
-    from platform.search_space import load_search_space
-    from platform.sweep_callback import MlflowSweepCallback
-    from platform.tracking import Tracker
+    from platform.config.search_space import load_search_space
+    from platform.sweep.callback import MlflowSweepCallback
+    from platform.results.tracking import Tracker
 
     space = load_search_space("smoke", {}, None)
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "smoke")

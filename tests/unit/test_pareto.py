@@ -1,9 +1,9 @@
-"""platform.pareto.pareto_front on hand-made points."""
+"""platform.sweep.pareto.pareto_front on hand-made points."""
 import math
 
 import pytest
 
-from platform.pareto import dominates, pareto_front
+from platform.sweep.pareto import dominates, pareto_front
 
 
 def names(rows):

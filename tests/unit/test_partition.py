@@ -4,7 +4,7 @@ import pytest
 
 from platform.data import load_dataset
 from platform.data.partition import class_counts, dirichlet_partition, iid_partition
-from platform.config import DatasetConfig
+from platform.config.experiment import DatasetConfig
 
 
 @pytest.fixture(scope="module")

@@ -17,15 +17,15 @@ import pytest
 from PIL import Image
 
 from algorithms.common.patch_pool import make_patch_pool, pool_to_float
-from platform.cache import StageCache
-from platform.config import DatasetConfig, build_experiment
+from platform.stages.cache import StageCache
+from platform.config.experiment import DatasetConfig, build_experiment
 from platform.data import load_dataset
 from platform.data.datasets import NORMALIZATIONS
 from platform.data.patch_pool_source import (DEFAULT_POOL_SIZE, PatchPoolConfig, load_public_image, patch_grid_png,
                                              resolve_source_image)
 from platform.data.public import PublicDataConfig, check_public_available, split_public, take_public
 from platform.errors import ConfigError
-from platform.schema import build
+from platform.config.schema import build
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS32 = DatasetConfig(name="digits32", normalization="cifar10")
@@ -62,10 +62,10 @@ def test_pool_is_seeded_and_bit_identical_across_calls_and_processes(digits32_tr
     _, seeded = split_public(digits32_train, _public(size=120, seed=7), 99, DIGITS32)
     _, other = split_public(digits32_train, _public(size=120, seed=8), 7, DIGITS32)
     assert np.array_equal(seeded, a) and not np.array_equal(other, a)
-    code = ("from platform.config import DatasetConfig\n"
+    code = ("from platform.config.experiment import DatasetConfig\n"
             "from platform.data import load_dataset\n"
             "from platform.data.public import PublicDataConfig, split_public\n"
-            "from platform.schema import build\n"
+            "from platform.config.schema import build\n"
             "import hashlib\n"
             "d = DatasetConfig(name='digits32', normalization='cifar10')\n"
             "cfg = build(PublicDataConfig, {'source': 'image', 'size': 120}, 'public')\n"
@@ -216,7 +216,7 @@ def test_patch_grid_png_is_8_by_8(tmp_path):
 
 def test_shared_pool_and_logged_grid(tmp_path, ray_local, tracking_uri):
     from platform.runtime.federation import share_dataset
-    from platform.tracking import Tracker, log_patch_samples
+    from platform.results.tracking import Tracker, log_patch_samples
 
     config = build_experiment({"dataset": {"name": "digits32"}, "algorithm": {"name": "fedavg"}, "seed": 5,
                                "public": {"source": "image", "size": 200}})

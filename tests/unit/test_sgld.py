@@ -11,7 +11,7 @@ from algorithms import ALGORITHMS, ClientContext, ClientUpdate, ServerContext, r
 from algorithms.common import LocalTraining, get_flat_weights
 from algorithms.sgld import SGLD, SGLDHyperparams, langevin_std
 from platform.errors import ConfigError
-from platform.schema import build
+from platform.config.schema import build
 
 
 def _model(seed=0):

@@ -24,7 +24,7 @@ from algorithms.fedprox import proximal_term
 from algorithms.models import build_model
 from algorithms.single_image import SingleImage, SingleImageHyperparams, embed_and_predict
 from platform.errors import ConfigError
-from platform.schema import build
+from platform.config.schema import build
 
 CPU = torch.device("cpu")
 DIGITS = (1, 8, 8)
@@ -423,7 +423,7 @@ def test_check_setting_refusals_name_the_field(params, setting, field):
 
 
 def test_default_image_pool_size_reaches_check_setting():
-    from platform.config import build_experiment
+    from platform.config.experiment import build_experiment
     from platform.data.patch_pool_source import DEFAULT_POOL_SIZE as default
     base = {"dataset": {"name": "digits"}, "model": {"name": "cnn"}, "public": {"source": "image"}, "rounds": 20,
             "algorithm": {"name": "single_image", "num_distill": 50, "kmeans_k": default + 1}}
@@ -453,7 +453,7 @@ def test_comparable_rounds_are_the_fedavg_init_rounds():
 
 
 def test_asha_rungs():
-    from platform.search_space import asha_rungs
+    from platform.config.search_space import asha_rungs
     assert asha_rungs(5, 2, 20) == [5, 10, 20]
     assert asha_rungs(3, 2, 20) == [3, 6, 12]
 
@@ -479,7 +479,7 @@ resources: {{cpu: 1, gpu: 0}}
 
 
 def _load(tmp_path, grace: int, rf: int = 2, size: str = ", size: 400"):
-    from platform.search_space import load_search_space
+    from platform.config.search_space import load_search_space
     path = tmp_path / f"single_image_g{grace}_rf{rf}.yaml"
     path.write_text(_SPACE.format(size=size, grace=grace, rf=rf))
     return load_search_space(str(path))

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from platform.config import PartitionConfig
+from platform.config.experiment import PartitionConfig
 from platform.data import server_validation_split, split_clients, stratified_split
 from platform.data.partition import (class_counts, hierarchical_lda_partition, lda_partition, partition_clients,
                                      split_fractions)

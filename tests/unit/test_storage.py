@@ -6,7 +6,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from platform.errors import UserError
-from platform.storage import check_storage, filesystem, is_uri, join, normalise, read_json, tune_storage, write_bytes
+from platform.stages.storage import check_storage, filesystem, is_uri, join, normalise, read_json, tune_storage, write_bytes
 
 
 def _objects(bucket: str, fs=None) -> list[str]:
@@ -73,7 +73,7 @@ MISSING = "s3://fedsweep-no-such-bucket"
 ])
 def test_sweep_refuses_unusable_storage_before_writing_anything(s3_bucket, tmp_path, monkeypatch, capsys, flags, env,
                                                                  expected):
-    from platform.sweep import main
+    from platform.sweep.command import main
 
     monkeypatch.setenv("FEDSWEEP_HOME", str(tmp_path / "home"))
     for key, value in env.items():
@@ -105,7 +105,7 @@ def test_the_filesystem_tune_pickles_carries_no_credentials(s3_bucket, monkeypat
 
 def test_resume_finds_the_newest_unfinished_sweep_in_a_bucket(s3_bucket):
     """``--resume <space>`` lists the sweeps under an s3:// storage and reads their state files through pyarrow."""
-    from platform.sweep import STATE_FILE, _latest_unfinished, _read_state
+    from platform.sweep.command import STATE_FILE, _latest_unfinished, _read_state
 
     tune = f"s3://{s3_bucket}/tune"
     for sweep, status in (("smoke-20261126-010000-aaaaaa", "interrupted"), ("smoke-20261126-020000-bbbbbb", "running"),

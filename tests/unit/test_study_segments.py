@@ -6,9 +6,9 @@ import optuna
 import pytest
 import yaml
 
-from platform import study_segments as seg
+from platform.sweep import segments as seg
 from platform.errors import ConfigError
-from platform.search_space import load_search_space
+from platform.config.search_space import load_search_space
 
 SPACE = {
     "description": "segments",
@@ -82,7 +82,7 @@ def test_the_next_segments_study_starts_with_every_finished_trial(tmp_path):
 
 def test_a_segments_searcher_continues_the_history(tmp_path):
     """Tune's Optuna searcher built for a later segment sees the earlier trials (TPE leaves its random start-up)."""
-    from platform.sweep import _make_searcher
+    from platform.sweep.command import _make_searcher
 
     space = _space(tmp_path)
     outcomes = [seg.TrialOutcome({"val_accuracy": 0.1 * i, "round": 1},

@@ -3,11 +3,11 @@ its plots (no Ray: a real Optuna SQLite storage in tmp_path)."""
 import optuna
 import pytest
 
-from platform.mlflow_ui import run_link
-from platform.optuna_store import StudyRecorder, load_study, storage_url, write_study_plots
-from platform.search_space import load_search_space
-from platform.sweep_outputs import SweepAnswer, description
-from platform.tracking import trial_run_name
+from platform.results.mlflow_ui import run_link
+from platform.sweep.optuna_store import StudyRecorder, load_study, storage_url, write_study_plots
+from platform.config.search_space import load_search_space
+from platform.sweep.outputs import SweepAnswer, description
+from platform.results.tracking import trial_run_name
 
 
 @pytest.fixture

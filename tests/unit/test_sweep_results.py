@@ -59,7 +59,7 @@ def build_sweep(uri: str, name: str = "toy", trials=TRIALS, seeds=(0, 1), scenar
                 search: dict | None = None) -> tuple[str, dict]:
     """A sweep's parent run and one child per trial (per cell with ``scenarios`` {key: [values]}), as the contract
     describes; returns (parent run id, {child run id: {metric: {seed: final value}}})."""
-    from platform.tracking import artifact_location
+    from platform.results.tracking import artifact_location
 
     client = _client(uri)
     experiment = client.get_experiment_by_name(name)
@@ -127,7 +127,7 @@ def store(tmp_path_factory, empty_store):
 def test_trials_table_has_a_row_per_trial_and_seed_with_the_logged_values(store):
     import pyarrow as pa
 
-    from platform.sweep_results import load_sweep, trials_table
+    from platform.results.sweep_results import load_sweep, trials_table
 
     uri, parent_id, finals = store
     results = load_sweep(uri, parent_id)
@@ -155,7 +155,7 @@ def test_table_files_round_trip(store, tmp_path):
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from platform.sweep_results import load_sweep, trials_table, write_table_files
+    from platform.results.sweep_results import load_sweep, trials_table, write_table_files
 
     uri, parent_id, _ = store
     table = trials_table(load_sweep(uri, parent_id))
@@ -167,7 +167,7 @@ def test_table_files_round_trip(store, tmp_path):
 def test_log_sweep_artifacts_logs_the_table_and_a_plot_per_parameter(store, tmp_path):
     import pyarrow.parquet as pq
 
-    from platform.sweep_results import load_sweep, log_sweep_artifacts, trials_table
+    from platform.results.sweep_results import load_sweep, log_sweep_artifacts, trials_table
 
     uri, parent_id, _ = store
     logged = log_sweep_artifacts(uri, parent_id)
@@ -182,7 +182,7 @@ def test_log_sweep_artifacts_logs_the_table_and_a_plot_per_parameter(store, tmp_
 
 
 def test_sensitivity_points_are_every_seed_and_every_trial_mean(tracking_uri):
-    from platform.sweep_results import load_sweep, sensitivity_series, trials_table
+    from platform.results.sweep_results import load_sweep, sensitivity_series, trials_table
 
     parent_id, finals = build_sweep(tracking_uri, scenarios={"partition.alpha": [0.1, 1.0]})
     results = load_sweep(tracking_uri, parent_id)
@@ -203,7 +203,7 @@ def test_sensitivity_points_are_every_seed_and_every_trial_mean(tracking_uri):
 
 
 def test_log_sweep_artifacts_never_raises(tracking_uri, capsys):
-    from platform.sweep_results import load_sweep, log_sweep_artifacts
+    from platform.results.sweep_results import load_sweep, log_sweep_artifacts
 
     parent_id, _ = build_sweep(tracking_uri, trials=[], status="interrupted")  # no trial ran
     assert load_sweep(tracking_uri, parent_id).trials == ()
@@ -214,7 +214,7 @@ def test_log_sweep_artifacts_never_raises(tracking_uri, capsys):
 
 
 def test_a_store_without_per_seed_metrics_gives_one_row_per_trial(tracking_uri):
-    from platform.sweep_results import load_sweep, trials_table
+    from platform.results.sweep_results import load_sweep, trials_table
 
     parent_id, finals = build_sweep(tracking_uri, per_seed=False)
     rows = trials_table(load_sweep(tracking_uri, parent_id)).to_pylist()
@@ -227,7 +227,7 @@ def test_a_store_without_per_seed_metrics_gives_one_row_per_trial(tracking_uri):
 
 
 def test_a_name_selects_the_newest_sweep(tracking_uri):
-    from platform.sweep_results import load_sweep
+    from platform.results.sweep_results import load_sweep
 
     build_sweep(tracking_uri, value_seed=1)
     newest, _ = build_sweep(tracking_uri, value_seed=2)
@@ -337,7 +337,7 @@ def test_report_on_a_running_sweep_says_so(tracking_uri, tmp_path, capsys):
 
 
 def test_scenario_cells_times_categorical_values_are_the_arms(tracking_uri, tmp_path, capsys):
-    from platform.sweep_results import load_sweep, trials_table
+    from platform.results.sweep_results import load_sweep, trials_table
 
     parent_id, _ = build_sweep(tracking_uri, scenarios={"partition.alpha": [0.1, 1.0]})
     results = load_sweep(tracking_uri, parent_id)
@@ -398,7 +398,7 @@ def test_metric_option_selects_in_the_metric_direction(store, tmp_path, capsys):
 
 
 def test_multi_objective_sweeps_select_on_the_first_objective(tracking_uri):
-    from platform.sweep_results import Objective, load_sweep, trials_table
+    from platform.results.sweep_results import Objective, load_sweep, trials_table
 
     parent_id, _ = build_sweep(tracking_uri, search={"search.metric": "['val_accuracy', 'val_loss']",
                                                      "search.mode": "['max', 'min']"})
@@ -442,7 +442,7 @@ SCENARIOS = {"partition.alpha": [0.1, 1.0]}
 
 
 def _parse(values, **top):
-    from platform.search_space import parse_distribution, parse_reference
+    from platform.config.search_space import parse_distribution, parse_reference
 
     parameters = {k: parse_distribution(k, d) for k, d in PARAMETERS.items()}
     return parse_reference({"source": "paper", "values": values, **top}, parameters, SCENARIOS)
@@ -477,7 +477,7 @@ def test_reference_errors_name_the_field(values, top, field):
 
 
 def test_a_reference_metric_no_algorithm_declares_is_refused_at_load(tmp_path):
-    from platform.search_space import load_search_space
+    from platform.config.search_space import load_search_space
 
     path = tmp_path / "typo.yaml"
     path.write_text(yaml.safe_dump({
@@ -490,8 +490,8 @@ def test_a_reference_metric_no_algorithm_declares_is_refused_at_load(tmp_path):
 
 @pytest.mark.parametrize("name", ["feded_beta", "mnfl_rho", "single_image_pruning"])
 def test_shipped_references_match_their_spaces(name):
-    from platform.search_space import load_reference, load_search_space
-    from platform.sweep_results import same_value
+    from platform.config.search_space import load_reference, load_search_space
+    from platform.results.sweep_results import same_value
 
     space = load_search_space(name)
     reference = load_reference(name)

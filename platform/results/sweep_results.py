@@ -1,7 +1,7 @@
 """A sweep's results as tables and plots, read back from the MLflow store (no Ray).
 
 :func:`load_sweep` reads one sweep (the parent run of one ``python -m platform.sweep`` invocation and its child trial
-runs, the layout of ``platform.run_schema``) into a :class:`SweepResults`: the swept parameters and their
+runs, the layout of ``platform.config.run_schema``) into a :class:`SweepResults`: the swept parameters and their
 distributions (from the parent's ``space.*`` params), the scenario dimensions, the search metric(s) and mode(s), the
 seeds, and per trial its status, scenario cell, swept values (only those logged: an inactive conditional parameter is
 absent) and latest metric values. Per-round histories are not loaded (one query per run and metric): plots that need
@@ -27,7 +27,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from platform.cli import sqlite_path
 from platform.errors import UserError
-from platform.run_schema import (METRIC_ROUNDS_COMPLETED, PARAM_SCENARIO, PARAM_SEARCH, PARAM_SEEDS, PARAM_SPACE,
+from platform.config.run_schema import (METRIC_ROUNDS_COMPLETED, PARAM_SCENARIO, PARAM_SEARCH, PARAM_SEEDS, PARAM_SPACE,
                                  PER_SEED_SEPARATOR, STATUS_RUNNING, TAG_DESCRIPTION, TAG_PARENT_RUN, TAG_SCENARIO,
                                  TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, children_filter)
 

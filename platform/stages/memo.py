@@ -1,5 +1,5 @@
 """The platform's backing of ``ClientContext.memo`` / ``ServerContext.memo``: one-shot work of a method cached
-across trials in the stage cache (:mod:`platform.cache`).
+across trials in the stage cache (:mod:`platform.stages.cache`).
 
 A memo entry's key is the method's own ``key`` (the hyperparameters the result depends on, e.g. FedAUX's λ),
 plus everything the context's data depend on: dataset, partition, public data, models, pre-training, the
@@ -35,7 +35,7 @@ class Memos:
         self.cache = cache
         if cache is None:
             return
-        from platform.cache import code_version
+        from platform.stages.cache import code_version
 
         self.version = code_version(*[cls for cls in algorithm_cls.__mro__
                                       if cls.__module__.startswith("algorithms.") or cls is algorithm_cls])
@@ -47,7 +47,7 @@ class Memos:
         without a cache."""
         if self.cache is None:
             return compute_now
-        from platform.cache import Stage
+        from platform.stages.cache import Stage
 
         upstream = {**self.upstream, "context": "server" if client_id is None else f"client {int(client_id)}"}
 

@@ -32,7 +32,7 @@ def storage_url(tracking_uri: str, cli_url: Optional[str] = None) -> str:
     if sqlite_path(tracking_uri):
         directory = os.path.dirname(sqlite_path(tracking_uri))
     else:
-        from platform.tracking import results_home
+        from platform.results.tracking import results_home
 
         directory = results_home()
     return f"sqlite:///{os.path.join(directory, STUDY_FILE)}"
@@ -56,7 +56,7 @@ def dashboard_command(url: str) -> str:
 
 
 def optuna_distribution(dist):
-    """The Optuna distribution of one of the space's parameters (:class:`platform.search_space.Distribution`)."""
+    """The Optuna distribution of one of the space's parameters (:class:`platform.config.search_space.Distribution`)."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     if dist.kind in ("choice", "grid"):
@@ -85,7 +85,7 @@ class StudyRecorder:
         if self._study is None:
             import optuna
 
-            from platform.tracking import sqlite_store_lock
+            from platform.results.tracking import sqlite_store_lock
 
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             with sqlite_store_lock(self.url):  # a new storage's schema, one process at a time

@@ -1,6 +1,6 @@
 """What a sweep leaves for people to read, beside its child runs: the parent run's markdown description (the
 question, the search space, the answer with a link to the best trial), the MLflow UI view a printed deep link opens,
-the persistent Optuna study's plots, and the sweep-level tables and plots of :mod:`platform.sweep_results`.
+the persistent Optuna study's plots, and the sweep-level tables and plots of :mod:`platform.results.sweep_results`.
 
 :func:`publish` runs when a sweep ends, finished or not (a partial sweep shows what it has); nothing here may fail
 the sweep: a part that cannot be written is skipped with one warning on stderr.
@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Optional
 
-from platform.run_schema import (TAG_BEST_PREFIX, TAG_BEST_RUN, TAG_NOTE, TAG_OPTUNA_STUDIES, TAG_SCENARIO,
+from platform.config.run_schema import (TAG_BEST_PREFIX, TAG_BEST_RUN, TAG_NOTE, TAG_OPTUNA_STUDIES, TAG_SCENARIO,
                                  TAG_STATUS, TAG_STOPPED_EARLY)
 
 ARTIFACT_OPTUNA = "optuna"  # on the parent run: optuna/[cell-NNN/]optuna_plots.html and one PNG per plot
@@ -50,7 +50,7 @@ def space_markdown(space) -> str:
 def description(space, experiment_id: str, answer: SweepAnswer) -> str:
     """The parent run's description: the answer so far first (the UI folds long descriptions after a few lines),
     then :func:`space_markdown`."""
-    from platform.mlflow_ui import run_link
+    from platform.results.mlflow_ui import run_link
 
     parts = [f"**Status:** {answer.status}", ""]
     metric = space.search.metrics[0]
@@ -126,13 +126,13 @@ def publish(tracker, parent_run_id: str, space, answer: SweepAnswer, optuna_url:
         for study in answer.studies:
             _safely(f"Optuna plots of {study}", lambda s=study: _log_study_plots(tracker, parent_run_id, space,
                                                                                  optuna_url, s, answer))
-    from platform.tracking import ui_command
+    from platform.results.tracking import ui_command
 
     print(f"results: {ui_command(tracker.uri)}", flush=True)
     if link:
         print(f"open: {link}", flush=True)
     if optuna_url and answer.studies:
-        from platform.optuna_store import dashboard_command
+        from platform.sweep.optuna_store import dashboard_command
 
         print(f"optuna: {dashboard_command(optuna_url)}  (studies {', '.join(answer.studies)})", flush=True)
     return link
@@ -147,7 +147,7 @@ def _safely(what: str, work):
 
 
 def _publish_view(tracker, parent_run_id: str, space) -> str:
-    from platform.mlflow_ui import deep_link, publish_sweep_view, ui_url
+    from platform.results.mlflow_ui import deep_link, publish_sweep_view, ui_url
 
     search = space.search
     metrics = []
@@ -162,14 +162,14 @@ def _publish_view(tracker, parent_run_id: str, space) -> str:
 
 def _log_results(tracker, parent_run_id: str) -> None:
     try:
-        from platform.sweep_results import log_sweep_artifacts
+        from platform.results.sweep_results import log_sweep_artifacts
     except ImportError:
         return
     log_sweep_artifacts(tracker.uri, parent_run_id)
 
 
 def _log_study_plots(tracker, parent_run_id: str, space, url: str, study_name: str, answer: SweepAnswer) -> None:
-    from platform.optuna_store import load_study, write_study_plots
+    from platform.sweep.optuna_store import load_study, write_study_plots
 
     try:
         study = load_study(url, study_name)

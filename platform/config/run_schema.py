@@ -1,5 +1,5 @@
 """The run schema, defined once: the MLflow tag keys, parameter prefixes and summary-metric prefixes that
-``platform.sweep``, ``platform.run`` and the tracking callback write, and tools that read runs rely on.
+``platform.sweep.command``, ``platform.run`` and the tracking callback write, and tools that read runs rely on.
 
 Metric names themselves are declared by the algorithms (``algorithms.base.STANDARD_METRICS`` and each method's
 ``metrics``); the runtime adds timing metrics ending in ``_seconds``.

@@ -7,7 +7,7 @@ that code invalidates old entries without anyone remembering to bump a number) a
 reads (canonical JSON).
 
 The root is a local (or mounted) directory or an object store (``s3://bucket/prefix``, ``gs://bucket/prefix``,
-through ``pyarrow.fs``, see :mod:`platform.storage`). One protocol serves both, because it needs neither rename nor
+through ``pyarrow.fs``, see :mod:`platform.stages.storage`). One protocol serves both, because it needs neither rename nor
 locks to be safe (format 3):
 
 - the **blob** ``<stage>/<key>.<sha256[:16]>.pt`` (the serialised value) is written first. Its name carries the hash
@@ -120,7 +120,7 @@ class _LocalStore:
             return fh.read()
 
     def write(self, path: str, data: bytes) -> None:
-        from platform.storage import write_bytes
+        from platform.stages.storage import write_bytes
 
         write_bytes(path, data)  # a temporary file renamed into place: whole or not at all
 
@@ -162,7 +162,7 @@ class _ObjectStore:
     remote = True
 
     def __init__(self, uri: str):
-        from platform.storage import filesystem, normalise
+        from platform.stages.storage import filesystem, normalise
 
         self.root = normalise(uri)
         self.fs, self.base = filesystem(self.root)
@@ -214,7 +214,7 @@ class StageCache:
     last) naming ``<root>/<stage>/<key>.<sha256[:16]>.pt`` (the value); see the module doc for why that is safe."""
 
     def __init__(self, root: str, enabled: bool = True):
-        from platform.storage import is_uri
+        from platform.stages.storage import is_uri
 
         self.store = _ObjectStore(root) if is_uri(root) else _LocalStore(root)
         self.root = self.store.root
@@ -305,13 +305,13 @@ class StageCache:
         the root on local disk; under the results home when the cache is on an object store."""
         if not self.remote:
             return os.path.join(self.root, *parts)
-        from platform.tracking import results_home
+        from platform.results.tracking import results_home
 
         return os.path.join(results_home(), "cache-scratch", *parts)
 
 
 def default_cache_root() -> str:
-    from platform.tracking import results_home
+    from platform.results.tracking import results_home
 
     return os.environ.get("FEDSWEEP_CACHE") or os.path.join(results_home(), "cache")
 

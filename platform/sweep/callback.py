@@ -11,12 +11,12 @@ from typing import Any, Optional
 
 from ray import tune
 
-from platform.run_schema import (METRIC_BEST, METRIC_FINAL, METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, PER_SEED_SEPARATOR,
+from platform.config.run_schema import (METRIC_BEST, METRIC_FINAL, METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, PER_SEED_SEPARATOR,
                                  RESULT_ARRAYS, STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED,
                                  STATUS_FAILED, STATUS_RUNNING, TAG_SAMPLED, TAG_SAMPLER_SEED, TAG_SCENARIO,
                                  TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, TAG_TRIAL_ID,
                                  children_filter)
-from platform.tracking import Tracker, _short, log_arrays, log_partition, round_metrics, trial_run_name
+from platform.results.tracking import Tracker, _short, log_arrays, log_partition, round_metrics, trial_run_name
 
 
 class MlflowSweepCallback(tune.Callback):
@@ -25,7 +25,7 @@ class MlflowSweepCallback(tune.Callback):
     def __init__(self, tracker: Tracker, parent_run_id: str, space, total_rounds: int, num_samples: int,
                  quiet: bool = False, shared=None, cell: Optional[dict] = None, study=None):
         self.tracker = tracker
-        # a platform.optuna_store.StudyRecorder: every ended trial goes into the persistent study
+        # a platform.sweep.optuna_store.StudyRecorder: every ended trial goes into the persistent study
         self.study = study
         # A scenario cell's study (``space`` is then the cell's space): {"number": 1-based, "cells": how many,
         # "label": "key=value, ...", "sampler_seed": int}; its child runs are tagged with it.

@@ -63,7 +63,7 @@ Choices:
   its own restore of the same run name, else the same directory handed to the workers). A worker failure is
   retried from the latest checkpoint (``FailureConfig(max_failures=2)``).
 - **Where it runs**: never inside a Tune trial (a trial's placement group cannot host the trainer's workers).
-  ``platform.sweep`` prepares every (architecture, seed, pre-training config) the sweep can need after
+  ``platform.sweep.command`` prepares every (architecture, seed, pre-training config) the sweep can need after
   connecting to Ray and before Tune starts (:func:`prepare_pretrained`, :func:`sweep_pretrain_configs`);
   ``platform.run`` does the same for its one seed. Each features state_dict goes into the object store once
   (:attr:`platform.runtime.federation.SharedData.pretrained`), and every parameter server and client actor loads
@@ -92,11 +92,11 @@ import algorithms.models.base as _models_base
 import algorithms.models.cnn as _models_cnn
 import algorithms.models.mobile as _models_mobile
 import algorithms.models.resnet as _models_resnet
-from platform.cache import Stage, code_version, stage_key
+from platform.stages.cache import Stage, code_version, stage_key
 from platform.data.datasets import DATASETS, NORMALIZATIONS, normalization_name
 from platform.errors import ConfigError, UserError
-from platform.models import build_model
-from platform.schema import spec
+from platform.config.models import build_model
+from platform.config.schema import spec
 
 STAGE_NAME = "simclr_pretrain"
 PRETRAIN_METHODS = ("none", "simclr")
@@ -108,14 +108,14 @@ PROJECTION_KEY, EPOCH_KEY, AUGMENT_KEY = 0x51C1, 0x51C2, 0x51C3  # streams deriv
 
 
 def derived_seed(*keys: int) -> int:
-    """As :func:`platform.runtime.seeding.derived_seed` (not imported: ``platform.config`` imports this module, and
+    """As :func:`platform.runtime.seeding.derived_seed` (not imported: ``platform.config.experiment`` imports this module, and
     ``platform.runtime`` imports Ray and the actors)."""
     return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
 
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    """Self-supervised pre-training of h_0 on the public data (spec/fedaux.md §3.2 P1; see platform.pretrain)."""
+    """Self-supervised pre-training of h_0 on the public data (spec/fedaux.md §3.2 P1; see platform.runtime.pretrain)."""
 
     method: str = spec("none", doc="none, or simclr: SimCLR pre-training of every architecture's feature extractor "
                                    "on the public data (spec/fedaux.md §3.2 P1); FedAvg+P / FedDF+P / FedAUX.",
@@ -146,7 +146,7 @@ class PretrainNotPrepared(RuntimeError):
 
 
 def check_pretrain(config) -> None:
-    """Cross-section rules (called from ``platform.config``): SimCLR needs a public image pool."""
+    """Cross-section rules (called from ``platform.config.experiment``): SimCLR needs a public image pool."""
     p = config.pretrain
     if p.method == "none":
         return
@@ -547,7 +547,7 @@ def load_pretrained_features(model: nn.Module, architecture: str, config, pretra
         raise PretrainNotPrepared(
             f"pretrain.method is {config.pretrain.method} but no pre-trained features of {architecture} (init seed "
             f"{config.stream_seed('init')}) were prepared for this run; the driver prepares them before the trials "
-            f"start (platform.pretrain.prepare_pretrained, done by platform.sweep and platform.run). A swept "
+            f"start (platform.runtime.pretrain.prepare_pretrained, done by platform.sweep.command and platform.run). A swept "
             f"continuous pretrain.* value, or a swept dataset/public section, cannot be prepared")
     model.features.load_state_dict(state, strict=True)
 

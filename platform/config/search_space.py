@@ -4,7 +4,7 @@ the search settings and the per-trial resources. Validated completely at load ti
 Example::
 
     description: FedAvg vs FedProx on embedded digits
-    base: {dataset: {name: digits}, rounds: 5, ...}        # an experiment config (platform.config)
+    base: {dataset: {name: digits}, rounds: 5, ...}        # an experiment config (platform.config.experiment)
     parameters:                                            # dotted config keys -> one distribution each
       algorithm.name: {choice: [fedavg, fedprox]}
       algorithm.mu: {loguniform: [0.001, 1.0], when: {algorithm.name: fedprox}}
@@ -59,9 +59,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from platform.config import apply_overrides, build_experiment, error_message, load_yaml
+from platform.config.experiment import apply_overrides, build_experiment, error_message, load_yaml
 from platform.errors import ConfigError, UserError
-from platform.schema import build, spec
+from platform.config.schema import build, spec
 
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice", "grid")
 SEARCHERS = ("tpe", "random", "grid")
@@ -597,7 +597,7 @@ def parse_reference(raw: Any, parameters: dict[str, Distribution], scenarios: di
     ``{label?, arm?: {swept parameter: value}, scenario?: {scenario key: value}, metric, value, std?}``: the paper's
     ``value`` (± ``std``) of ``metric`` for the trials with those swept values in that scenario cell. Accuracies are
     fractions in [0, 1] like the platform's. Errors name the field, e.g. ``reference.values[1].metric``."""
-    from platform.sweep_results import is_number
+    from platform.results.sweep_results import is_number
 
     if raw is None:
         return None

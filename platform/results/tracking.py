@@ -14,7 +14,7 @@ import sys
 from typing import Any, Optional
 
 from platform.cli import sqlite_path
-from platform.run_schema import (ARTIFACT_ARRAYS, MAX_ARRAY_ELEMENTS, RESULT_ARRAYS, RESULT_DETAILS, STATUS_INTERRUPTED,
+from platform.config.run_schema import (ARTIFACT_ARRAYS, MAX_ARRAY_ELEMENTS, RESULT_ARRAYS, RESULT_DETAILS, STATUS_INTERRUPTED,
                                  TAG_PARENT_RUN, TAG_STATUS, children_filter, round_metrics as _round_metrics)
 
 DEFAULT_STORE_FILE = "mlflow.db"
@@ -320,9 +320,9 @@ def round_metrics(result: dict) -> dict[str, float]:
 
 
 def __getattr__(name: str):
-    # Sweeps saved before the callback moved pickled it as platform.tracking.MlflowSweepCallback (--resume reads it).
+    # Sweeps saved before the callback moved pickled it as platform.results.tracking.MlflowSweepCallback (--resume reads it).
     if name == "MlflowSweepCallback":
-        from platform.sweep_callback import MlflowSweepCallback
+        from platform.sweep.callback import MlflowSweepCallback
 
         return MlflowSweepCallback
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,11 +20,11 @@ import sys
 import time
 from typing import Optional
 
-from platform import _tune_fixes
+from platform.sweep import _tune_fixes
 from platform.cli import (add_ray_arguments, connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries,
-                          run_command, start_ray_early)
+                          start_ray_early)
 from platform.errors import UserError
-from platform.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTIFACT_PARETO_PNG,
+from platform.config.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTIFACT_PARETO_PNG,
                                  ARTIFACT_SCENARIO_FRONTS_CSV, ARTIFACT_SCENARIOS_CSV, ARTIFACT_SCENARIOS_JSON,
                                  METRIC_BEST, METRIC_BEST_TRIAL, METRIC_CELL_PREFIX, METRIC_PARETO_SIZE, PARAM_BASE,
                                  REPORTED_TEST_METRICS,
@@ -32,7 +32,7 @@ from platform.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTI
                                  STATUS_INTERRUPTED, STATUS_RUNNING, TAG_BEST_PREFIX, TAG_COMMAND, TAG_DESCRIPTION,
                                  TAG_DRIVER, TAG_GIT_COMMIT, TAG_NOTE, TAG_OPTUNA_STORAGE, TAG_PARENT_RUN,
                                  TAG_SEARCH_SPACE, TAG_STATUS)
-# platform.config and platform.search_space (torch, through the algorithms) are imported where used: a command starts
+# platform.config.experiment and platform.config.search_space (torch, through the algorithms) are imported where used: a command starts
 # Ray before it imports them (platform.cli.start_ray_early).
 
 STATE_FILE = "fedsweep_sweep.json"  # in the Tune experiment directory: links it to its MLflow parent run
@@ -91,7 +91,7 @@ class DefineByRun:
     def __call__(self, trial) -> None:
         import optuna
 
-        from platform.study_segments import distributions
+        from platform.sweep.segments import distributions
 
         chosen: dict = {}
         # one mapping from the space's kinds to Optuna's distributions, shared with a later segment's warm start
@@ -115,7 +115,7 @@ def _make_searcher(space, segment_index: int = 0, history=()):
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
-    from platform.study_segments import segment_sampler_seed, warm_start_study
+    from platform.sweep.segments import segment_sampler_seed, warm_start_study
 
     search = space.search
     if search.searcher == "grid":
@@ -157,7 +157,7 @@ def _experiment_name(space_name: str) -> str:
 def _latest_unfinished(storage: str, name: str) -> Optional[str]:
     """The newest sweep of space ``name`` under ``storage`` (a path or a URI) that did not complete (None if there is
     none)."""
-    from platform import storage as st
+    from platform.stages import storage as st
 
     candidates = sorted(d for d in st.listdir(storage) if d.startswith(f"{name}-")
                         and st.isfile(st.join(storage, d, STATE_FILE))
@@ -176,7 +176,7 @@ def _invocation(args) -> dict:
     stored = {key: getattr(args, key) for key in _INVOCATION_FLAGS}
     if stored["name"] and os.path.isfile(stored["name"]):
         stored["name"] = os.path.abspath(stored["name"])
-    from platform.tracking import git_commit
+    from platform.results.tracking import git_commit
 
     return {**stored, "git_commit": git_commit()}
 
@@ -184,8 +184,8 @@ def _invocation(args) -> dict:
 def _default_storage() -> str:
     """Tune's storage when --storage-path is not given: ``$FEDSWEEP_STORAGE`` (the clusters set a bucket), else
     ``<results home>/ray_results``."""
-    from platform.storage import normalise
-    from platform.tracking import results_home
+    from platform.stages.storage import normalise
+    from platform.results.tracking import results_home
 
     return normalise(os.environ.get("FEDSWEEP_STORAGE") or os.path.join(results_home(), "ray_results"))
 
@@ -198,7 +198,7 @@ def _storage_flag(given: Optional[str], flag: str, env: str) -> str:
 def _resolve_resume(args) -> str:
     """The experiment directory ``--resume`` continues, with ``args`` completed from its stored invocation. A flag
     given again must match what is stored (one line naming it otherwise)."""
-    from platform import storage as st
+    from platform.stages import storage as st
 
     storage = st.normalise(args.storage_path or _default_storage())
     st.check_storage(storage, _storage_flag(args.storage_path, "--storage-path", "FEDSWEEP_STORAGE"))
@@ -255,7 +255,7 @@ def main(argv=None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.invocation = None  # set once the flags are final (after --resume restored them)
     if args.list:
-        from platform.search_space import available_search_spaces
+        from platform.config.search_space import available_search_spaces
 
         print("\n".join(available_search_spaces()))
         return 0
@@ -266,13 +266,13 @@ def main(argv=None) -> int:
         quiet_libraries()  # imported and the space checked; a refused input still ends it at once (exit 2, one line)
         start_ray_early(args.address, args.ray_dashboard)
     if not args.name:
-        from platform.search_space import available_search_spaces
+        from platform.config.search_space import available_search_spaces
 
         raise UserError(f"name a search space; available: {', '.join(available_search_spaces())}")
     if args.num_samples is not None and args.num_samples < 1:
         raise UserError(f"--num-samples: must be >= 1, got {args.num_samples}")
-    from platform.config import parse_override
-    from platform.search_space import load_search_space
+    from platform.config.experiment import parse_override
+    from platform.config.search_space import load_search_space
 
     overrides = dict(parse_override(o) for o in args.overrides)
     args.invocation = _invocation(args)
@@ -280,11 +280,11 @@ def main(argv=None) -> int:
     space = load_search_space(args.name, overrides, args.num_samples)
     base_config = space.trial_config({})
     space = _pin_public_image(space, base_config)
-    from platform.tracking import resolve_tracking_uri, results_home
+    from platform.results.tracking import resolve_tracking_uri, results_home
 
-    from platform.cache import default_cache_root
-    from platform.storage import check_storage, normalise
-    from platform.tracking import check_tracking_uri
+    from platform.stages.cache import default_cache_root
+    from platform.stages.storage import check_storage, normalise
+    from platform.results.tracking import check_tracking_uri
 
     # a path, s3://bucket/prefix or gs://bucket/prefix; a URI is checked for credentials, endpoint, bucket and write
     # access (a probe object written and deleted), one line naming the option or variable it came from
@@ -297,7 +297,7 @@ def main(argv=None) -> int:
         _check_resumable(resume_dir, space)
     tracking_uri = resolve_tracking_uri(args.tracking_uri)
     check_tracking_uri(tracking_uri)
-    from platform.optuna_store import check_storage, storage_url
+    from platform.sweep.optuna_store import check_storage, storage_url
 
     args.optuna_url = storage_url(tracking_uri, args.optuna_storage)
     check_storage(args.optuna_url)
@@ -322,16 +322,16 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     # (where these modules come from) is no longer importable once the driver has joined the cluster.
     import ray.tune  # noqa: F401
 
-    import platform.cache  # noqa: F401
+    import platform.stages.cache  # noqa: F401
     import platform.runtime.placement  # noqa: F401
     import platform.runtime.trial  # noqa: F401
-    from platform.cache import open_cache
-    from platform.pretrain import prepare_pretrained, sweep_pretrain_configs
+    from platform.stages.cache import open_cache
+    from platform.runtime.pretrain import prepare_pretrained, sweep_pretrain_configs
     from platform.runtime.federation import share_dataset
-    from platform.optuna_store import StudyRecorder
-    from platform.sweep_outputs import SweepAnswer, publish
-    from platform.sweep_callback import MlflowSweepCallback
-    from platform.tracking import Tracker, log_patch_samples
+    from platform.sweep.optuna_store import StudyRecorder
+    from platform.sweep.outputs import SweepAnswer, publish
+    from platform.sweep.callback import MlflowSweepCallback
+    from platform.results.tracking import Tracker, log_patch_samples
 
     tracker = Tracker(tracking_uri, space.name)
     # The Tune experiment (one directory per sweep, a sub-directory per scenario cell) names the Optuna study too.
@@ -391,7 +391,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
               flush=True)
         raise
     finally:
-        from platform.tracking import close_orphan_runs
+        from platform.results.tracking import close_orphan_runs
 
         answer.status = _STATUS_TAGS.get(status, STATUS_FAILED)
         _record_status(_join(storage, experiment), answer.status)
@@ -410,14 +410,14 @@ _STATUS_TAGS = {"FINISHED": STATUS_COMPLETED, "KILLED": STATUS_INTERRUPTED}
 def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
     """The sweep's parent MLflow run: reopened when resuming, else created with the base config, the space and the
     search settings as params."""
-    from platform.tracking import command_line, git_commit
+    from platform.results.tracking import command_line, git_commit
 
     if resume_dir:
         parent_run_id = _read_state(resume_dir)["parent_run_id"]
         tracker.set_tag(parent_run_id, TAG_STATUS, STATUS_RUNNING)
         tracker.client.update_run(parent_run_id, status="RUNNING")
         return parent_run_id
-    from platform.sweep_outputs import SweepAnswer, description
+    from platform.sweep.outputs import SweepAnswer, description
 
     parent_run_id = tracker.start_run(
         name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
@@ -437,7 +437,7 @@ def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
 
 def _expected_trials(space) -> int:
     """Trials the sweep runs: ``num_samples`` (grid: times the grid); with scenarios, summed over the cells."""
-    from platform.search_space import grid_points
+    from platform.config.search_space import grid_points
 
     if space.scenarios:
         return sum(_expected_trials(space.cell_space(i)) for i in range(len(space.cells())))
@@ -449,9 +449,9 @@ def _trainable(space, base_config, shared, args):
     placement group per trial (bundles for the trial loop, the parameter server and the client actors)."""
     from ray import tune
 
-    from platform.cache import default_cache_root
+    from platform.stages.cache import default_cache_root
     from platform.runtime.placement import trial_bundles
-    from platform.storage import normalise
+    from platform.stages.storage import normalise
     from platform.runtime.trial import sweep_trial
 
     return tune.with_resources(
@@ -467,7 +467,7 @@ def _tuner(trainable, space, base_config, storage, name, callback, segment, hist
     ``storage``/``name``; ``history``: the study's trials that ended in earlier segments."""
     from ray import tune
 
-    from platform.storage import tune_storage
+    from platform.stages.storage import tune_storage
 
     search = space.search
     storage_path, filesystem = tune_storage(storage)
@@ -496,8 +496,8 @@ def _fit_study(trainable, space, base_config, parent_dir: str, name: str, callba
     Returns (every ended trial's outcome, the callback), or (None, the callback) when the sweep was interrupted."""
     from ray import tune
 
-    from platform import study_segments
-    from platform.storage import tune_storage
+    from platform.sweep import segments as study_segments
+    from platform.stages.storage import tune_storage
 
     study_dir = _join(parent_dir, name)
     segments = study_segments.plan(space)
@@ -572,7 +572,7 @@ def _driver_alive(driver: str) -> Optional[bool]:
 def _repair(args) -> int:
     """``--repair``: every sweep whose parent is RUNNING but whose driver (on this machine) is gone gets its parent
     and open child runs closed as interrupted. Sweeps driven from other machines are listed, not touched."""
-    from platform.tracking import Tracker, check_tracking_uri, close_orphan_runs, resolve_tracking_uri
+    from platform.results.tracking import Tracker, check_tracking_uri, close_orphan_runs, resolve_tracking_uri
 
     uri = resolve_tracking_uri(args.tracking_uri)
     check_tracking_uri(uri)
@@ -611,7 +611,7 @@ def _resume_command(experiment: str, storage: str) -> str:
 
 def _record_status(directory: str, status: str) -> None:
     """The sweep's status in its STATE_FILE (``--resume`` skips completed sweeps); nothing if it never started."""
-    from platform.storage import isfile
+    from platform.stages.storage import isfile
 
     if isfile(_join(directory, STATE_FILE)):
         _write_state(directory, {**_read_state(directory), "status": status})
@@ -628,7 +628,7 @@ def _interrupted(grid, expected: int, callback) -> bool:
 
 def _report(grid, space, tracker, parent_run_id, callback, answer, sweep_dir: str) -> str:
     """Print and log the best trial (or the Pareto front) of ``grid``, every ended trial of the study."""
-    from platform.sweep_outputs import log_best
+    from platform.sweep.outputs import log_best
 
     if space.search.multi_objective:
         return _report_pareto(grid, space, tracker, parent_run_id, callback, answer)
@@ -727,7 +727,7 @@ def _front_plot(rows: list[dict], front: list[dict], objectives: list[tuple[str,
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from platform.pareto import objective_value
+    from platform.sweep.pareto import objective_value
 
     (x_name, x_mode), (y_name, y_mode) = objectives[:2]
 
@@ -765,7 +765,7 @@ def _report_pareto(grid, space, tracker, parent_run_id, callback, answer) -> str
     parent run as ``pareto_front.json``, ``pareto_front.csv``, ``pareto_front.png`` and metric ``pareto_size``."""
     import tempfile
 
-    from platform.pareto import objective_value, pareto_front
+    from platform.sweep.pareto import objective_value, pareto_front
 
     objectives = space.search.objectives
     rows = _front_rows(grid, space, callback)
@@ -817,7 +817,7 @@ def _cell_dir_name(index: int) -> str:
 
 def _join(directory: str, *names: str) -> str:
     """``directory``/``names`` for a path or an ``s3://`` / ``gs://`` URI (Tune's storage may be either)."""
-    from platform.storage import join
+    from platform.stages.storage import join
 
     return join(directory, *names)
 
@@ -825,7 +825,7 @@ def _join(directory: str, *names: str) -> str:
 def _read_state(directory: str) -> dict:
     """A sweep's STATE_FILE, read through the storage's filesystem (so ``--resume`` finds it from any directory or
     machine when the storage is a bucket)."""
-    from platform.storage import read_json
+    from platform.stages.storage import read_json
 
     return read_json(_join(directory, STATE_FILE))
 
@@ -833,7 +833,7 @@ def _read_state(directory: str) -> dict:
 def _start_state(directory: str, parent_run_id: str, tracking_uri: str, space, invocation: dict, **extra) -> dict:
     """Create a new sweep's Tune directory (a name of its own, see _experiment_name: never another sweep's) and its
     STATE_FILE: the parent run, the store, the space, the status and the invocation ``--resume`` restores."""
-    from platform.storage import is_uri
+    from platform.stages.storage import is_uri
 
     if not is_uri(directory):
         os.makedirs(directory)
@@ -845,14 +845,14 @@ def _start_state(directory: str, parent_run_id: str, tracking_uri: str, space, i
 
 def _write_state(directory: str, state: dict) -> None:
     """Written whole or not at all: a temporary file renamed into place on disk, one PUT on an object store."""
-    from platform.storage import write_bytes
+    from platform.stages.storage import write_bytes
 
     write_bytes(_join(directory, STATE_FILE), json.dumps(_json_value(state), indent=1).encode())
 
 
 def _check_resumable(resume_dir: str, space) -> None:
     """--resume needs the interrupted run to have the same scenario cells as the space has now (one line if not)."""
-    from platform.search_space import cell_label
+    from platform.config.search_space import cell_label
 
     recorded = _read_state(resume_dir).get("scenarios")
     current = [cell_label(c) for c in space.cells()] if space.scenarios else None
@@ -865,7 +865,7 @@ def _check_resumable(resume_dir: str, space) -> None:
 
 def _same_data(shared, config) -> bool:
     """Whether ``shared`` holds ``config``'s dataset, public pool and validation split (pre-training aside:
-    :func:`platform.pretrain.prepare_pretrained` adds what a cell needs)."""
+    :func:`platform.runtime.pretrain.prepare_pretrained` adds what a cell needs)."""
     return (shared.dataset == config.dataset and shared.public == config.public
             and shared.val_fraction == config.server.val_fraction)
 
@@ -874,7 +874,7 @@ def _adopt_callback(tuner, callback):
     """A restored Tuner runs the callbacks pickled with the experiment; put ``callback`` (this process's, with this
     run's shared data) in its place so that Tune restores the saved trial-to-run map into it and the sweep can read
     it. Falls back to whatever the Tuner holds when Tune's internals differ."""
-    from platform.sweep_callback import MlflowSweepCallback
+    from platform.sweep.callback import MlflowSweepCallback
 
     try:
         run_config = tuner._local_tuner.get_run_config()
@@ -893,12 +893,12 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
                answer) -> str:
     """Run every scenario cell's study in turn (skipping, on --resume, the cells that finished), then report one
     best trial (or Pareto front) per cell. Returns the parent run's status."""
-    from platform.optuna_store import StudyRecorder
-    from platform.search_space import cell_label
-    from platform.pretrain import prepare_pretrained, sweep_pretrain_configs
+    from platform.sweep.optuna_store import StudyRecorder
+    from platform.config.search_space import cell_label
+    from platform.runtime.pretrain import prepare_pretrained, sweep_pretrain_configs
     from platform.runtime.federation import share_dataset
-    from platform.sweep_callback import MlflowSweepCallback
-    from platform.tracking import log_patch_samples
+    from platform.sweep.callback import MlflowSweepCallback
+    from platform.results.tracking import log_patch_samples
 
     cells = space.cells()
     if resume_dir:
@@ -963,7 +963,7 @@ _REPORTED = REPORTED_TEST_METRICS  # the test figures reported beside the select
 def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
     """One cell's summary: its values, trial counts and best trial (single objective: selection metric, test
     figures, parameters) or Pareto front (multi-objective)."""
-    from platform.pareto import objective_value, pareto_front
+    from platform.sweep.pareto import objective_value, pareto_front
 
     search = cell_space.search
     failed = sum(1 for r in grid if r.error is not None)
@@ -1115,6 +1115,3 @@ def _figure(value) -> str:
     """A reported figure to 4 decimals (a summary read back from the state file may hold "inf" or "nan")."""
     return f"{value:.4f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
-
-if __name__ == "__main__":
-    run_command(main)

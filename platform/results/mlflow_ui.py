@@ -24,7 +24,7 @@ import urllib.request
 from typing import Optional
 from urllib.parse import urlencode
 
-from platform.run_schema import children_filter
+from platform.config.run_schema import children_filter
 
 SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"

@@ -53,7 +53,7 @@ class Segment:
 
 def plan(space) -> list[Segment]:
     """The segments of ``space``'s study (one when it has at most ``search.trials_per_experiment`` trials)."""
-    from platform.search_space import grid_points
+    from platform.config.search_space import grid_points
 
     search = space.search
     size = search.trials_per_experiment
@@ -109,7 +109,7 @@ class StudyResults(list):
 
 
 def distributions(parameters: dict) -> dict:
-    """The Optuna distribution of each sampled parameter, as ``platform.sweep.DefineByRun`` suggests it."""
+    """The Optuna distribution of each sampled parameter, as ``platform.sweep.command.DefineByRun`` suggests it."""
     import optuna
 
     made = {}
@@ -153,7 +153,7 @@ def warm_start_study(space, outcomes: list[TrialOutcome], study_name: str):
 def read_record(study_dir: str) -> dict:
     """The study's record: ``{"segments": {number: {"outcomes": [...], "failed": n}}, "callback": state}``; empty
     when no segment has ended."""
-    from platform.storage import isfile, join, read_bytes
+    from platform.stages.storage import isfile, join, read_bytes
 
     path = join(study_dir, RECORD_FILE)
     if not isfile(path):
@@ -165,7 +165,7 @@ def record_segment(study_dir: str, record: dict, segment: Segment, outcomes: lis
                    callback_state: dict[str, Any]) -> dict:
     """``record`` with ``segment``'s outcomes and the callback's state, written whole (temporary file renamed into
     place; one PUT on an object store)."""
-    from platform.storage import join, write_bytes
+    from platform.stages.storage import join, write_bytes
 
     failed = sum(1 for o in outcomes if o.error is not None)
     record = {**record, "segments": {**record.get("segments", {}), str(segment.number): {

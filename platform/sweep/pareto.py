@@ -1,6 +1,6 @@
 """The Pareto front of a multi-objective sweep: which finished trials no other trial beats on every objective.
 
-Pure functions (no Ray, no MLflow), used by ``platform.sweep`` to report a multi-objective search.
+Pure functions (no Ray, no MLflow), used by ``platform.sweep.command`` to report a multi-objective search.
 """
 from __future__ import annotations
 

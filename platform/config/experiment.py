@@ -17,9 +17,9 @@ import numpy as np
 import yaml
 
 from platform.data.public import PublicDataConfig
-from platform.pretrain import PretrainConfig
+from platform.runtime.pretrain import PretrainConfig
 from platform.errors import ConfigError
-from platform.schema import build, flatten, spec, to_dict
+from platform.config.schema import build, flatten, spec, to_dict
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class PartitionConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = spec("cnn", doc="Model name (the global/server model); see platform.models.MODELS.")
+    name: str = spec("cnn", doc="Model name (the global/server model); see platform.config.models.MODELS.")
     architectures: Optional[list[Any]] = spec(
         None, doc="Heterogeneous clients: a list of model names (equal shares, e.g. [lenet, alexnet, resnet18, "
                   "shufflenet_v2] gives 5 clients each of 20, as in MNFL) or of {name, share} mappings (shares "
@@ -133,12 +133,12 @@ class ModelConfig:
                                          "whole blocks).", choices=("random", "blocks"))
 
     def validate(self, path: str) -> None:
-        from platform.models import MODELS
+        from platform.config.models import MODELS
 
         if self.name not in MODELS:
             raise ConfigError(f"{path}.name", f"unknown model {self.name!r}; allowed: {', '.join(MODELS)}")
         if self.architectures is not None:
-            from platform.models import architecture_shares
+            from platform.config.models import architecture_shares
 
             architecture_shares(self.architectures, f"{path}.architectures" if path else "model.architectures")
 
@@ -390,7 +390,7 @@ def _check_cross_section(config: ExperimentConfig) -> None:
 
     check_dataset_available(config.dataset)
     check_public_available(config.public, config.dataset)
-    from platform.pretrain import check_pretrain
+    from platform.runtime.pretrain import check_pretrain
 
     check_pretrain(config)
     if config.mode == "one_round" and config.rounds != 1:
@@ -400,7 +400,7 @@ def _check_cross_section(config: ExperimentConfig) -> None:
     algorithm = resolve_algorithm(config.algorithm.name)
     algorithm(config.algorithm.params).check_setting(experiment_setting(config))
     if config.model.architectures is not None:
-        from platform.models import assign_architectures
+        from platform.config.models import assign_architectures
 
         if not algorithm.heterogeneous_models:
             capable = [n for n, a in ALGORITHMS.items() if a.heterogeneous_models]
@@ -409,7 +409,7 @@ def _check_cross_section(config: ExperimentConfig) -> None:
                                                      f"heterogeneous clients work with: {', '.join(capable)}")
         assign_architectures(config.model.architectures, config.clients.num_clients)
         if config.model.assignment == "blocks":
-            from platform.models import check_whole_blocks
+            from platform.config.models import check_whole_blocks
 
             check_whole_blocks(config.model.architectures, config.clients.num_clients)
     if algorithm.evaluates_clients and config.partition.val_fraction == 0 and config.partition.test_fraction == 0:

@@ -12,7 +12,7 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from algorithms.common.params import spec  # noqa: F401  (re-exported: platform.schema.spec)
+from algorithms.common.params import spec  # noqa: F401  (re-exported: platform.config.schema.spec)
 from platform.errors import ConfigError
 
 
