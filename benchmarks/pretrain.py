@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     from platform.cli import quiet_libraries
 
     quiet_libraries()  # as the command lines: Ray Train V1 (RAY_TRAIN_V2_ENABLED=0 unless set), quiet Tune
-    from platform.runtime.pretrain import PretrainConfig
+    from platform.config.public_data import PretrainConfig
 
     epochs = args.epochs or PretrainConfig().epochs
     workers = [int(w) for w in args.workers.split(",")]

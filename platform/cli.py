@@ -29,6 +29,20 @@ def main_wrapper(fn: Callable[[list[str] | None], int]) -> Callable[[list[str] |
     return wrapped
 
 
+def in_ray_job() -> bool:
+    """True when running as a ``ray job submit`` driver, whose working directory Ray deletes later."""
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+
+
+def results_home() -> str:
+    """Where results land by default: $FEDSWEEP_HOME; under a Ray job ~/fedsweep; else the working directory."""
+    if os.environ.get("FEDSWEEP_HOME"):
+        return os.path.abspath(os.path.expanduser(os.environ["FEDSWEEP_HOME"]))
+    if in_ray_job():
+        return os.path.join(os.path.expanduser("~"), "fedsweep")
+    return os.getcwd()
+
+
 def sqlite_path(uri: str) -> Optional[str]:
     """The absolute file path of a ``sqlite:///`` store (MLflow or Optuna), None for any other URI."""
     return os.path.abspath(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
@@ -70,7 +84,6 @@ def leave_ray_job_working_dir(home: str) -> None:
     it vanish once the trial actors released it, breaking ``os.getcwd()``). Everything the sweep reads
     from it (the search-space file) is loaded before this call.
     """
-    from platform.results.tracking import in_ray_job
 
     if in_ray_job():
         os.makedirs(home, exist_ok=True)

@@ -50,6 +50,7 @@ def resolve_config(target: str, overrides: list[str]):
     name. A file is a search space when it has a ``base`` section."""
     from platform.config.experiment import apply_overrides, build_experiment, load_yaml, parse_override
     from platform.config.search_space import find_search_space
+    from platform.preflight import check_experiment
 
     if os.path.isfile(target):
         path = target
@@ -65,10 +66,12 @@ def resolve_config(target: str, overrides: list[str]):
         base = dict(raw.get("base") or {})
         if raw.get("resources") is not None:
             base.setdefault("resources", raw["resources"])
-        return build_experiment(apply_overrides(base, parsed)), name
-    if not isinstance(raw, dict):
+        raw = base
+    elif not isinstance(raw, dict):
         raise UserError(f"{path}: an experiment config must be a mapping of sections")
-    return build_experiment(apply_overrides(raw, parsed)), name
+    config = build_experiment(apply_overrides(raw, parsed))
+    check_experiment(config)
+    return config, name
 
 
 PROFILE_PHASES = ("sample", "broadcast", "local_train", "aggregate", "evaluate", "tracking")
@@ -159,8 +162,9 @@ def main(argv=None) -> int:
     import platform.data.summary  # noqa: F401
     from platform.runtime.pretrain import prepare_pretrained
     from platform.stages.storage import check_storage
-    from platform.results.tracking import (Tracker, check_tracking_uri, log_patch_samples, resolve_tracking_uri, results_home,
-                                   ui_command)
+    from platform.cli import results_home
+    from platform.results.tracking import (Tracker, check_tracking_uri, log_patch_samples, resolve_tracking_uri,
+                                           ui_command)
     from platform.runtime.federation import load_shared_data, share_dataset
     from platform.runtime.trial import start_federations, stop_federations
 

@@ -16,10 +16,9 @@ from typing import Any, Mapping, Optional, Union
 import numpy as np
 import yaml
 
-from platform.data.public import PublicDataConfig
-from platform.runtime.pretrain import PretrainConfig
-from platform.errors import ConfigError
+from platform.config.public_data import PretrainConfig, PublicDataConfig, pool_size
 from platform.config.schema import build, flatten, spec, to_dict
+from platform.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -54,10 +53,10 @@ class DatasetConfig:
                                                            "every logit shifts equally and α cannot change the "
                                                            "labels; null = false (as the paper).")
 
-    def validate(self, path: str) -> None:
-        from platform.data.datasets import validate_dataset_config
 
-        validate_dataset_config(self, path or "dataset")
+
+# The partition kinds (each one a partitioner of platform.data.partition.PARTITIONS, which checks that both agree)
+PARTITION_KINDS = ("dirichlet", "iid", "lda", "hierarchical_lda", "classes_per_client", "unequal_classes", "natural")
 
 
 @dataclass(frozen=True)
@@ -92,10 +91,9 @@ class PartitionConfig:
                                          "spec/mnfl.md §4).", ge=0, lt=1)
 
     def validate(self, path: str) -> None:
-        from platform.data import PARTITIONS
-
-        if self.kind not in PARTITIONS:
-            raise ConfigError(f"{path}.kind", f"unknown partition {self.kind!r}; allowed: {', '.join(PARTITIONS)}")
+        if self.kind not in PARTITION_KINDS:
+            raise ConfigError(f"{path}.kind", f"unknown partition {self.kind!r}; allowed: "
+                                              f"{', '.join(PARTITION_KINDS)}")
         if self.kind == "classes_per_client" and self.classes_per_client is None:
             raise ConfigError(f"{path}.classes_per_client", f"required when {path}.kind=classes_per_client: an "
                                                             f"integer k >= 1, at most the number of classes")
@@ -385,14 +383,8 @@ def apply_method_defaults(data: dict, name: str) -> tuple[dict, set[str]]:
 
 
 def _check_cross_section(config: ExperimentConfig) -> None:
-    from platform.data import check_dataset_available
-    from platform.data.public import check_public_available
-
-    check_dataset_available(config.dataset)
-    check_public_available(config.public, config.dataset)
-    from platform.runtime.pretrain import check_pretrain
-
-    check_pretrain(config)
+    """The rules between sections. Those that need the data catalog or the file system are
+    :func:`platform.preflight.check_experiment`'s."""
     if config.mode == "one_round" and config.rounds != 1:
         raise ConfigError("rounds", f"must be 1 when mode is one_round, got {config.rounds}")
     from algorithms import ALGORITHMS, resolve_algorithm
@@ -421,8 +413,6 @@ def _check_cross_section(config: ExperimentConfig) -> None:
 def experiment_setting(config: ExperimentConfig):
     """What an algorithm's ``check_setting`` may know at load time (:class:`algorithms.base.Setting`)."""
     from algorithms.base import Setting
-
-    from platform.data.patch_pool_source import pool_size
 
     public = config.public
     public_size = 0 if public.source == "none" else pool_size(public) if public.source == "image" else public.size
@@ -475,9 +465,3 @@ def load_yaml(path: str) -> Any:
             return yaml.safe_load(fh)
         except yaml.YAMLError as err:
             raise ConfigError("", f"{path} is not valid YAML: {err}".replace("\n", " ")) from None
-
-
-def load_experiment(path_or_data: str | dict, overrides: list[str] | None = None) -> ExperimentConfig:
-    data = load_yaml(path_or_data) if isinstance(path_or_data, str) else path_or_data
-    parsed = dict(parse_override(o) for o in overrides or [])
-    return build_experiment(apply_overrides(data or {}, parsed))

@@ -11,9 +11,8 @@ from platform.data.summary import partition_heatmap, partition_summary  # noqa: 
 __all__ += ["class_counts", "client_sampling_probabilities", "partition_heatmap", "partition_summary",
             "sample_clients_weighted", "server_validation_split", "split_clients", "split_fractions",
             "stratified_split"]
-from platform.data.datasets import (NORMALIZATIONS, SOURCE_IMAGES, generate_synthetic, load_source_image,  # noqa: E402
-                                    normalize)
-from platform.data.public import PublicDataConfig, check_public_available, split_public  # noqa: E402
+from platform.data.datasets import NORMALIZATIONS, generate_synthetic, load_source_image, normalize  # noqa: E402
+from platform.data.public import check_public_available, split_public  # noqa: E402
 
-__all__ += ["NORMALIZATIONS", "PublicDataConfig", "SOURCE_IMAGES", "check_public_available", "generate_synthetic",
-            "load_source_image", "normalize", "split_public"]
+__all__ += ["NORMALIZATIONS", "check_public_available", "generate_synthetic", "load_source_image", "normalize",
+            "split_public"]

@@ -31,6 +31,7 @@ from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
+from platform.config.public_data import SOURCE_IMAGES
 from platform.errors import ConfigError
 
 DIGITS_TEST_FRACTION = 0.2
@@ -329,11 +330,6 @@ def _load_synthetic(cfg) -> tuple[ArrayDataset, ArrayDataset]:
 
 # --- source images (single-image method) ------------------------------------------------------------------
 
-SOURCE_IMAGES: dict[str, str] = {
-    "china": "scikit-learn's china.jpg (427×640 photo of a temple)",
-    "flower": "scikit-learn's flower.jpg (427×640 photo of a flower)",
-    "noise": "i.i.d. uniform RGB noise, 1920×2560, fixed seed (spec/single_image.md §2.3 [R])",
-}
 NOISE_IMAGE_SEED = 20_240_612
 NOISE_IMAGE_SHAPE = (1920, 2560)  # H×W of the paper's street image (spec/single_image.md §2.3)
 

@@ -52,18 +52,16 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
 
-from algorithms.common.patch_pool import DEFAULT_SETTINGS, validate_settings
-from platform.data.datasets import (DATASETS, NOISE_IMAGE_SHAPE, SOURCE_IMAGES, Normalization, load_source_image)
+from platform.config.public_data import (SOURCE_IMAGES, PatchPoolConfig, PublicDataConfig, image_reference,
+                                         is_image_name, pool_size)
+from platform.data.datasets import DATASETS, NOISE_IMAGE_SHAPE, Normalization, load_source_image
 from platform.errors import ConfigError
-from platform.config.schema import spec
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from platform.stages.cache import Stage, StageCache
-    from platform.data.public import PublicDataConfig
 
-DEFAULT_POOL_SIZE = 50_000  # N_pool of the paper's main runs (spec/single_image.md §2.4)
 SAMPLE_COUNT = 64  # crops kept for the logged grid (8×8)
 STAGE_NAME = "patch_pool"
 _CHUNK = 4096  # crops converted to float at a time
@@ -74,53 +72,7 @@ _NATIVE_SIDES = {"digits": 8, "digits32": 32, "mnist": 28, "fashion_mnist": 28, 
                  "cifar100": 32, "stl10": 96, "svhn": 32}
 
 
-@dataclass(frozen=True)
-class PatchPoolConfig:
-    """``public.patches``: the crop transforms of spec/single_image.md §2.2 (official code's defaults, §8 A1)."""
-
-    init_crop: float = spec(DEFAULT_SETTINGS["init_crop"], doc="Side of the initial random square crop as a "
-                                                               "fraction of min(H, W) (spec §2.2 step 1: 0.5).",
-                            gt=0, le=1)
-    scale: tuple[float, float] = spec(tuple(DEFAULT_SETTINGS["scale"]), doc="Random-resized-crop area fraction "
-                                      "range of the initial crop (spec §2.2 step 2: [1/500, 1]).")
-    ratio: tuple[float, float] = spec(tuple(DEFAULT_SETTINGS["ratio"]), doc="Random-resized-crop aspect-ratio "
-                                      "range, log-uniform (spec §2.2 step 2: [3/4, 4/3]).")
-    rot_deg: float = spec(DEFAULT_SETTINGS["rot_deg"], doc="Rotation uniform in ±rot_deg degrees (spec §2.2 step "
-                                                           "3: 30; the paper's '35°' is in no code).", ge=0, le=180)
-    shear_deg: float = spec(DEFAULT_SETTINGS["shear_deg"], doc="x-shear uniform in ±shear_deg degrees (spec §2.2 "
-                                                               "step 3: 30).", ge=0, le=180)
-    hflip: bool = spec(DEFAULT_SETTINGS["hflip"], doc="Random horizontal flip (p 0.5); off in the official "
-                                                      "pipeline (spec §2.2 step 4, §8 A1).")
-    vflip: bool = spec(DEFAULT_SETTINGS["vflip"], doc="Random vertical flip (p 0.5); off (spec §2.2 step 4).")
-    jitter_p: float = spec(DEFAULT_SETTINGS["jitter_p"], doc="Probability of colour jitter per crop (spec §2.2 "
-                                                             "step 6: 0.5).", ge=0, le=1)
-    jitter: tuple[float, float, float, float] = spec(tuple(DEFAULT_SETTINGS["jitter"]), doc="Colour jitter "
-                                                     "(brightness, contrast, saturation, hue) (spec §2.2 step 6: "
-                                                     "[0.4, 0.4, 0.4, 0.1]).")
-    jpeg_quality: Optional[int] = spec(DEFAULT_SETTINGS["jpeg_quality"], doc="JPEG round trip of every crop at "
-                                       "this quality, as the authors stored crops (spec §8 A21); null = off.",
-                                       ge=1, le=100)
-
-    def settings(self) -> dict:
-        """The keyword arguments of :func:`~algorithms.common.patch_pool.make_patch_pool`."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    def validate(self, path: str) -> None:
-        validate_settings(self.settings(), path or "public.patches")
-
-
 # --- the photo ---------------------------------------------------------------------------------------------------
-
-def is_image_name(value: str) -> bool:
-    """Whether ``public.image`` names a bundled source image (else it is a path)."""
-    return value in SOURCE_IMAGES
-
-
-def image_reference(value: str) -> str:
-    """A bundled image's name unchanged; a path made absolute (``~`` expanded, relative to the current
-    directory)."""
-    return value if is_image_name(value) else os.path.abspath(os.path.expanduser(value))
-
 
 @dataclass(frozen=True)
 class SourceImage:
@@ -208,11 +160,6 @@ def load_public_image(value: str, field: str = "public.image") -> np.ndarray:
 
 
 # --- the plan: what determines the pool --------------------------------------------------------------------------
-
-def pool_size(cfg: "PublicDataConfig") -> int:
-    """N_pool: ``public.size``, or :data:`DEFAULT_POOL_SIZE` when null."""
-    return cfg.size if cfg.size is not None else DEFAULT_POOL_SIZE
-
 
 def check_pool_fits(image: SourceImage, size: int, side: Optional[int], patches: PatchPoolConfig,
                     path: str = "public") -> None:
@@ -347,7 +294,6 @@ def patch_grid_png(samples: np.ndarray, path: str, columns: int = 8, min_tile: i
     return path
 
 
-__all__ = ["DEFAULT_POOL_SIZE", "PatchPoolConfig", "PatchPoolPlan", "SAMPLE_COUNT", "SourceImage",
-           "check_image_source", "check_pool_fits", "generate_pool", "image_reference", "is_image_name",
+__all__ = ["PatchPoolPlan", "SAMPLE_COUNT", "SourceImage", "check_image_source", "check_pool_fits", "generate_pool",
            "load_public_image", "patch_grid_png", "patch_pool", "plan_patch_pool", "pool_inputs", "pool_samples",
-           "pool_size", "private_side", "resolve_source_image"]
+           "private_side", "resolve_source_image"]

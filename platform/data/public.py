@@ -35,92 +35,15 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from platform.data.datasets import (DATASETS, EXTRA_SPLIT_FILES, NORMALIZATIONS, SOURCE_IMAGES, ArrayDataset,
-                                    _normalise_in_place, check_dataset_available, normalization_name, read_split,
-                                    to_float_images)
-from platform.data.patch_pool_source import (DEFAULT_POOL_SIZE, PatchPoolConfig, check_image_source,
-                                             image_reference, patch_pool, plan_patch_pool, pool_inputs,
-                                             pool_samples)
+from platform.config.experiment import DatasetConfig
+from platform.config.public_data import PublicDataConfig
+from platform.data.datasets import (DATASETS, EXTRA_SPLIT_FILES, NORMALIZATIONS, ArrayDataset, _normalise_in_place,
+                                    check_dataset_available, normalization_name, read_split, to_float_images)
+from platform.data.patch_pool_source import check_image_source, patch_pool, plan_patch_pool, pool_inputs, pool_samples
 from platform.errors import ConfigError
-from platform.config.schema import spec
 
 if TYPE_CHECKING:  # pragma: no cover
     from platform.stages.cache import StageCache
-
-PUBLIC_SOURCES = ("none", "train_split", "dataset", "image")
-PUBLIC_SPLITS = ("first_half", "random")
-PUBLIC_DATASET_SPLITS = ("train", "test", "train+test", "unlabeled", "extra")
-
-
-@dataclass(frozen=True)
-class PublicDataConfig:
-    source: str = spec("none", doc="Where public data come from: none | train_split (spec/feded.md §4.2) | "
-                                   "dataset (another dataset, spec/mnfl.md §4, spec/fedaux.md §6.1) | image "
-                                   "(single source image, spec/single_image.md §2.3).", choices=PUBLIC_SOURCES)
-    split: str = spec("first_half", doc="first_half: the pool is the first ⌊fraction·N⌋ training indices and "
-                                        "size n takes its first n, nested and the same for every seed "
-                                        "(spec/feded.md §4.2); random: a seeded permutation. With source "
-                                        "dataset: the first n of that dataset, or a seeded random n.",
-                      choices=PUBLIC_SPLITS)
-    size: Optional[int] = spec(None, doc="|D_0|, the number of public samples; null = the whole pool. Source image: "
-                                         f"N_pool, the number of crops; null = {DEFAULT_POOL_SIZE} (the paper's "
-                                         "main pool, spec/single_image.md §2.4); at most the photo's pixel count "
-                                         "H·W.", ge=1)
-    fraction: float = spec(0.5, doc="train_split: share of the training set that becomes the pool (1/2 in "
-                                    "spec/feded.md §4.2).", gt=0, lt=1)
-    dataset: Optional[str] = spec(None, doc="source dataset: the public dataset's name (e.g. stl10, cifar100, "
-                                            "mnist, svhn); see platform.data.DATASETS.")
-    dataset_split: str = spec("train", doc="source dataset: which of its splits: train | test | train+test "
-                                           "(CIFAR-100 in spec/fedaux.md §6.1) | unlabeled (STL-10) | extra "
-                                           "(SVHN).", choices=PUBLIC_DATASET_SPLITS)
-    root: Optional[str] = spec(None, doc="source dataset: its data root; null = dataset.root.")
-    image: str = spec("china", doc="source image: the photo the crops are cut from, a name (" + "; ".join(
-        f"{k} = {v}" for k, v in SOURCE_IMAGES.items()) + ") or the path of an image file (absolute, or relative to "
-        "the current directory, ~ expanded; kept as an absolute path; read with PIL as RGB). Checked when the "
-        "config loads.")
-    seed: Optional[int] = spec(None, doc="source image: the crop pool's seed; null = the shared data's seed (the "
-                                         "base config's partition stream). The pool is shared data, the same for "
-                                         "every replicate seed of a sweep; the paper seeded it with each run's "
-                                         "seed (42/84, spec/single_image.md §2.2), a deliberate deviation.", ge=0)
-    patches: PatchPoolConfig = spec(factory=PatchPoolConfig, doc="source image: the crop transforms "
-                                                                 "(spec/single_image.md §2.2, official defaults).")
-
-    def __post_init__(self):
-        # A path is kept absolute, so a run that later changes directory (a Ray job, a Tune trial) finds it.
-        object.__setattr__(self, "image", image_reference(self.image))
-
-    def validate(self, path: str) -> None:
-        path = path or "public"
-        if self.source == "dataset":
-            if self.dataset is None:
-                raise ConfigError(f"{path}.dataset", f"required when {path}.source is dataset; allowed: "
-                                                     f"{', '.join(_image_datasets())}")
-            if self.dataset not in _image_datasets():
-                raise ConfigError(f"{path}.dataset", f"unknown public dataset {self.dataset!r}; allowed: "
-                                                     f"{', '.join(_image_datasets())}")
-            allowed = _dataset_splits(self.dataset)
-            if self.dataset_split not in allowed:
-                raise ConfigError(f"{path}.dataset_split", f"{self.dataset} has no split {self.dataset_split!r}; "
-                                                           f"allowed: {', '.join(allowed)}")
-        else:
-            for key, default in (("dataset", None), ("root", None), ("dataset_split", "train")):
-                if getattr(self, key) != default:
-                    raise ConfigError(f"{path}.{key}", f"only applies when {path}.source is dataset "
-                                                       f"(source is {self.source!r})")
-        if self.source == "none" and self.size is not None:
-            raise ConfigError(f"{path}.size", f"does not apply to source {self.source!r}")
-        if self.source != "image":
-            if self.seed is not None:
-                raise ConfigError(f"{path}.seed", f"only applies when {path}.source is image "
-                                                  f"(source is {self.source!r})")
-            default = PatchPoolConfig()
-            for name, value in self.patches.settings().items():
-                if value != getattr(default, name):
-                    raise ConfigError(f"{path}.patches.{name}", f"only applies when {path}.source is image "
-                                                                f"(source is {self.source!r})")
-        if self.source != "train_split" and self.fraction != 0.5:
-            raise ConfigError(f"{path}.fraction", f"only applies when {path}.source is train_split")
-
 
 def _image_datasets() -> list[str]:
     """Datasets that can serve as public data: torchvision image datasets with a raw-image reader."""
@@ -132,11 +55,25 @@ def _dataset_splits(name: str) -> tuple[str, ...]:
     return splits + (("train+test",) if "train" in splits and "test" in splits else ())
 
 
+def check_public_dataset(cfg: PublicDataConfig, path: str = "public") -> None:
+    """``source: dataset``: a known public image dataset and one of its splits (one :class:`ConfigError`)."""
+    if cfg.source != "dataset":
+        return
+    if cfg.dataset is None:
+        raise ConfigError(f"{path}.dataset", f"required when {path}.source is dataset; allowed: "
+                                             f"{', '.join(_image_datasets())}")
+    if cfg.dataset not in _image_datasets():
+        raise ConfigError(f"{path}.dataset", f"unknown public dataset {cfg.dataset!r}; allowed: "
+                                             f"{', '.join(_image_datasets())}")
+    allowed = _dataset_splits(cfg.dataset)
+    if cfg.dataset_split not in allowed:
+        raise ConfigError(f"{path}.dataset_split", f"{cfg.dataset} has no split {cfg.dataset_split!r}; "
+                                                   f"allowed: {', '.join(allowed)}")
+
+
 def _public_dataset_cfg(cfg: PublicDataConfig, dataset_cfg):
     """A dataset config for the public dataset: its name, its root (or the private one), the private
     ``download`` setting, none of the private dataset's specific knobs."""
-    from platform.config.experiment import DatasetConfig
-
     root = cfg.root if cfg.root is not None else dataset_cfg.root
     return DatasetConfig(name=cfg.dataset, root=root, download=dataset_cfg.download)
 
@@ -254,5 +191,5 @@ def _split_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset
     return train, _normalise_in_place(x, NORMALIZATIONS[normalization_name(dataset_cfg)])
 
 
-__all__ = ["PUBLIC_SOURCES", "PatchPoolConfig", "PublicDataConfig", "PublicSplit", "check_public_available",
-           "check_public_shape", "split_public", "take_public"]
+__all__ = ["PublicSplit", "check_public_available", "check_public_dataset", "check_public_shape", "split_public",
+           "take_public"]

@@ -73,7 +73,7 @@ def find_reference(space: str):
 
 
 def default_out_dir(results: SweepResults, others: Sequence[SweepResults]) -> str:
-    from platform.results.tracking import results_home
+    from platform.cli import results_home
 
     name = f"{results.space}-{results.short_id}" + "".join(f"-vs-{o.short_id}" for o in others)
     return os.path.join(results_home(), "reports", name)

@@ -13,25 +13,11 @@ import subprocess
 import sys
 from typing import Any, Optional
 
-from platform.cli import sqlite_path
+from platform.cli import results_home, sqlite_path
 from platform.config.run_schema import (ARTIFACT_ARRAYS, MAX_ARRAY_ELEMENTS, RESULT_ARRAYS, RESULT_DETAILS, STATUS_INTERRUPTED,
                                  TAG_PARENT_RUN, TAG_STATUS, children_filter, round_metrics as _round_metrics)
 
 DEFAULT_STORE_FILE = "mlflow.db"
-
-
-def in_ray_job() -> bool:
-    """True when running as a ``ray job submit`` driver, whose working directory Ray deletes later."""
-    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
-
-
-def results_home() -> str:
-    """Where results land by default: $FEDSWEEP_HOME; under a Ray job ~/fedsweep; else the working directory."""
-    if os.environ.get("FEDSWEEP_HOME"):
-        return os.path.abspath(os.path.expanduser(os.environ["FEDSWEEP_HOME"]))
-    if in_ray_job():
-        return os.path.join(os.path.expanduser("~"), "fedsweep")
-    return os.getcwd()
 
 
 def resolve_tracking_uri(cli_uri: Optional[str] = None) -> str:
@@ -317,15 +303,6 @@ _TUNE_KEYS = {"training_iteration", "time_total_s", "episodes_total", "timesteps
 def round_metrics(result: dict) -> dict[str, float]:
     """What a trial reported for a round (means over seeds, ``*_std`` with several), without Tune's own keys."""
     return _round_metrics(result, skip=_TUNE_KEYS)
-
-
-def __getattr__(name: str):
-    # Sweeps saved before the callback moved pickled it as platform.results.tracking.MlflowSweepCallback (--resume reads it).
-    if name == "MlflowSweepCallback":
-        from platform.sweep.callback import MlflowSweepCallback
-
-        return MlflowSweepCallback
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _short(value: Any) -> str:

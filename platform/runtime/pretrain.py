@@ -81,8 +81,7 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -96,10 +95,9 @@ from platform.stages.cache import Stage, code_version, stage_key
 from platform.data.datasets import DATASETS, NORMALIZATIONS, normalization_name
 from platform.errors import ConfigError, UserError
 from platform.config.models import build_model
-from platform.config.schema import spec
+from platform.config.public_data import PretrainConfig
 
 STAGE_NAME = "simclr_pretrain"
-PRETRAIN_METHODS = ("none", "simclr")
 # Fields of PretrainConfig that change the result (the rest say where it runs).
 KEY_FIELDS = ("method", "epochs", "batch_size", "lr", "weight_decay", "temperature", "projection_dim", "workers")
 STATE_FILE = "simclr_state.pt"
@@ -111,34 +109,6 @@ def derived_seed(*keys: int) -> int:
     """As :func:`platform.runtime.seeding.derived_seed` (not imported: ``platform.config.experiment`` imports this module, and
     ``platform.runtime`` imports Ray and the actors)."""
     return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
-
-
-@dataclass(frozen=True)
-class PretrainConfig:
-    """Self-supervised pre-training of h_0 on the public data (spec/fedaux.md §3.2 P1; see platform.runtime.pretrain)."""
-
-    method: str = spec("none", doc="none, or simclr: SimCLR pre-training of every architecture's feature extractor "
-                                   "on the public data (spec/fedaux.md §3.2 P1); FedAvg+P / FedDF+P / FedAUX.",
-                       choices=PRETRAIN_METHODS)
-    epochs: int = spec(50, doc="Pre-training epochs over the public pool; the reference code ran 100 (spec §5). "
-                               "50 keeps the embedded default (digits32) at about a minute on 2 busy CPUs.", ge=1)
-    batch_size: int = spec(512, doc="B, images per global batch (2B views), drop_last; capped at the pool size and "
-                                    "rounded down to a multiple of workers (spec §3.2 P1: 512).", ge=2)
-    lr: float = spec(1e-3, doc="Adam learning rate (spec §3.2 P1).", gt=0)
-    weight_decay: float = spec(1e-6, doc="Adam weight decay (spec §3.2 P1, [code]).", ge=0)
-    temperature: float = spec(0.5, doc="τ of the NT-Xent loss (spec §3.2 P1, [code]).", gt=0)
-    projection_dim: int = spec(128, doc="Output of the projection head Linear(H→H, no bias) → BN → ReLU → "
-                                        "Linear(H→projection_dim) (spec §3.2 P1, [code]).", ge=1)
-    workers: int = spec(2, doc="Ray Train workers (data-parallel, DDP when > 1); part of the cache key.", ge=1)
-    use_gpu: Union[bool, str] = spec("auto", doc="auto: a GPU per worker when the cluster has one for every "
-                                                 "worker; true: require it; false: CPUs only.")
-    cpus_per_worker: Optional[float] = spec(None, doc="CPUs each Ray Train worker reserves (fractions allowed); "
-                                                      "null = the cluster's CPUs / workers, at most 1.", gt=0)
-
-    def validate(self, path: str) -> None:
-        path = path or "pretrain"
-        if self.use_gpu not in (True, False, "auto"):
-            raise ConfigError(f"{path}.use_gpu", f"must be auto, true or false, got {self.use_gpu!r}")
 
 
 class PretrainNotPrepared(RuntimeError):
@@ -552,6 +522,6 @@ def load_pretrained_features(model: nn.Module, architecture: str, config, pretra
     model.features.load_state_dict(state, strict=True)
 
 
-__all__ = ["PretrainConfig", "PretrainNotPrepared", "STAGE_NAME", "SimCLRNet", "architectures_of", "check_pretrain",
+__all__ = ["PretrainNotPrepared", "STAGE_NAME", "SimCLRNet", "architectures_of", "check_pretrain",
            "load_pretrained_features", "nt_xent", "prepare_pretrained", "pretrain_features", "pretrain_stage",
            "pretrained_key", "run_simclr", "sweep_pretrain_configs"]

@@ -305,13 +305,13 @@ class StageCache:
         the root on local disk; under the results home when the cache is on an object store."""
         if not self.remote:
             return os.path.join(self.root, *parts)
-        from platform.results.tracking import results_home
+        from platform.cli import results_home
 
         return os.path.join(results_home(), "cache-scratch", *parts)
 
 
 def default_cache_root() -> str:
-    from platform.results.tracking import results_home
+    from platform.cli import results_home
 
     return os.environ.get("FEDSWEEP_CACHE") or os.path.join(results_home(), "cache")
 

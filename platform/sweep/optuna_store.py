@@ -32,7 +32,7 @@ def storage_url(tracking_uri: str, cli_url: Optional[str] = None) -> str:
     if sqlite_path(tracking_uri):
         directory = os.path.dirname(sqlite_path(tracking_uri))
     else:
-        from platform.results.tracking import results_home
+        from platform.cli import results_home
 
         directory = results_home()
     return f"sqlite:///{os.path.join(directory, STUDY_FILE)}"

@@ -4,7 +4,7 @@ import os
 import pytest
 import yaml
 
-from platform.config.experiment import load_experiment
+from platform.preflight import load_experiment
 from platform.runtime.trial import run_rounds, start_federations, stop_federations
 from tests.conftest import mlflow_runs
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import ray
 
-from platform.config.experiment import load_experiment
+from platform.preflight import load_experiment
 from platform.runtime.federation import Federation, WarmActors
 from platform.runtime.placement import own_placement
 from platform.runtime.trial import run_rounds, start_federations, stop_federations

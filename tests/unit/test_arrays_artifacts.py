@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from platform.config.experiment import load_experiment
+from platform.preflight import load_experiment
 from platform.errors import ConfigError
 from platform.config.run_schema import MAX_ARRAY_ELEMENTS, RESULT_ARRAYS
 from platform.runtime.actors import arrays_due, plottable_arrays

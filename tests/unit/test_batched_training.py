@@ -158,7 +158,7 @@ def test_auto_rule():
 # --- the client actor (no Ray) ---------------------------------------------------------------------------------
 
 def _pool(batched, model="cnn", per_round=4, algorithm=None):
-    from platform.config.experiment import load_experiment
+    from platform.preflight import load_experiment
     from platform.data import load_dataset
     from platform.runtime.actors import ClientPool
 
@@ -204,7 +204,7 @@ def test_fallback_is_reported_when_the_method_cannot_batch():
 
 def test_config_switch():
     from algorithms.errors import ConfigError
-    from platform.config.experiment import load_experiment
+    from platform.preflight import load_experiment
 
     assert load_experiment({}).clients.batched == "auto"
     assert load_experiment({"clients": {"batched": True}}).clients.batched == "on"  # YAML's bare `on`

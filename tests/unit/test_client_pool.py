@@ -7,7 +7,7 @@ import torch
 
 import algorithms
 from algorithms.base import Algorithm, ClientUpdate
-from platform.config.experiment import load_experiment
+from platform.preflight import load_experiment
 from platform.data import load_dataset
 from platform.runtime.actors import ClientPool
 
@@ -82,7 +82,7 @@ def test_a_new_client_pool_imports_torch_dynamo_in_the_background_and_trains_aft
 
     script = (
         "import sys, numpy as np\n"
-        "from platform.config.experiment import load_experiment\n"
+        "from platform.preflight import load_experiment\n"
         "from platform.data import load_dataset\n"
         "from platform.runtime import actors\n"
         "config = load_experiment({'algorithm': {'name': 'fedavg'}, 'rounds': 1,\n"

@@ -1,7 +1,8 @@
 """Config validation: every bad value gets one error naming the field and what is allowed."""
 import pytest
 
-from platform.config.experiment import load_experiment, parse_override
+from platform.config.experiment import parse_override
+from platform.preflight import load_experiment
 from platform.errors import ConfigError
 
 

@@ -15,10 +15,12 @@ import struct
 import numpy as np
 import pytest
 
-from platform.config.experiment import DatasetConfig, load_experiment
+from platform.config.experiment import DatasetConfig
+from platform.preflight import load_experiment
 from platform.data import DATASETS, NORMALIZATIONS, ArrayDataset, load_dataset
 from platform.data.datasets import generate_synthetic, load_source_image, normalize
-from platform.data.public import PublicDataConfig, check_public_available, split_public
+from platform.config.public_data import PublicDataConfig
+from platform.data.public import check_public_available, check_public_dataset, split_public
 from platform.errors import ConfigError
 from platform.config.schema import build
 
@@ -532,8 +534,9 @@ def test_public_dataset_missing_files_is_one_config_error(tmp_path):
     ({"source": "dataset", "dataset": "stl10", "fraction": 0.3}, "public.fraction", "train_split"),
 ])
 def test_public_config_errors_name_the_field(data, field, needle):
+    """The section's own rules when it is built; the public dataset and its split against the catalog at pre-flight."""
     with pytest.raises(ConfigError) as info:
-        build(PublicDataConfig, data, "public")
+        check_public_dataset(build(PublicDataConfig, data, "public"))
     assert info.value.field == field and needle in str(info.value), str(info.value)
 
 

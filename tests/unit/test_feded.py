@@ -369,7 +369,8 @@ def _digits_feded(seed: int, alpha: float = 0.01):
     from platform.config.experiment import DatasetConfig
     from platform.data import load_dataset
     from platform.data.partition import dirichlet_partition
-    from platform.data.public import PublicDataConfig, split_public
+    from platform.config.public_data import PublicDataConfig
+    from platform.data.public import split_public
 
     dataset = DatasetConfig()
     train, test = load_dataset(dataset)

@@ -3,7 +3,8 @@ the config's fields. FedED's are the thesis's client training (spec/feded.md §3
 import pytest
 
 from algorithms.fedavg import FedAvg
-from platform.config.experiment import ClientsConfig, load_experiment, method_defaults
+from platform.config.experiment import ClientsConfig, method_defaults
+from platform.preflight import load_experiment
 from platform.errors import ConfigError
 
 HERE = "tests.unit.test_method_defaults"

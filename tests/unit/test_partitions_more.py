@@ -6,7 +6,8 @@ Specs: spec/fedkp_fedpa.md §7.1-§7.4 (lda, hierarchical_lda, natural, client-s
 import numpy as np
 import pytest
 
-from platform.config.experiment import PartitionConfig, load_experiment
+from platform.config.experiment import PartitionConfig
+from platform.preflight import load_experiment
 from platform.data.partition import (PARTITIONS, class_counts, dirichlet_equal_partition, hierarchical_lda_partition,
                                      lda_partition, partition_clients, split_clients, split_fractions)
 from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted

@@ -21,9 +21,10 @@ from platform.stages.cache import StageCache
 from platform.config.experiment import DatasetConfig, build_experiment
 from platform.data import load_dataset
 from platform.data.datasets import NORMALIZATIONS
-from platform.data.patch_pool_source import (DEFAULT_POOL_SIZE, PatchPoolConfig, load_public_image, patch_grid_png,
-                                             resolve_source_image)
-from platform.data.public import PublicDataConfig, check_public_available, split_public, take_public
+from platform.config.public_data import DEFAULT_POOL_SIZE, PatchPoolConfig, PublicDataConfig
+from platform.data.patch_pool_source import load_public_image, patch_grid_png, resolve_source_image
+from platform.data.public import check_public_available, split_public, take_public
+from platform.preflight import load_experiment
 from platform.errors import ConfigError
 from platform.config.schema import build
 
@@ -64,7 +65,7 @@ def test_pool_is_seeded_and_bit_identical_across_calls_and_processes(digits32_tr
     assert np.array_equal(seeded, a) and not np.array_equal(other, a)
     code = ("from platform.config.experiment import DatasetConfig\n"
             "from platform.data import load_dataset\n"
-            "from platform.data.public import PublicDataConfig, split_public\n"
+            "from platform.config.public_data import PublicDataConfig\nfrom platform.data.public import split_public\n"
             "from platform.config.schema import build\n"
             "import hashlib\n"
             "d = DatasetConfig(name='digits32', normalization='cifar10')\n"
@@ -193,13 +194,13 @@ def test_config_errors_name_the_field(data, field, needle):
 def test_config_load_checks_the_image_and_the_data():
     base = {"dataset": {"name": "digits32"}, "algorithm": {"name": "fedavg"}}
     with pytest.raises(ConfigError) as info:
-        build_experiment({**base, "public": {"source": "image", "image": "/nonexistent.png"}})
+        load_experiment({**base, "public": {"source": "image", "image": "/nonexistent.png"}})
     assert info.value.field == "public.image"
     with pytest.raises(ConfigError) as info:
-        build_experiment({**base, "dataset": {"name": "synthetic"}, "model": {"name": "mlp"},
-                          "public": {"source": "image"}})
+        load_experiment({**base, "dataset": {"name": "synthetic"}, "model": {"name": "mlp"},
+                         "public": {"source": "image"}})
     assert info.value.field == "public.source" and "vector data" in str(info.value)
-    assert build_experiment({**base, "public": {"source": "image", "size": 500}}).public.size == 500
+    assert load_experiment({**base, "public": {"source": "image", "size": 500}}).public.size == 500
 
 
 # --- shared data and the logged grid -----------------------------------------------------------------------------

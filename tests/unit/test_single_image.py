@@ -424,7 +424,7 @@ def test_check_setting_refusals_name_the_field(params, setting, field):
 
 def test_default_image_pool_size_reaches_check_setting():
     from platform.config.experiment import build_experiment
-    from platform.data.patch_pool_source import DEFAULT_POOL_SIZE as default
+    from platform.config.public_data import DEFAULT_POOL_SIZE as default
     base = {"dataset": {"name": "digits"}, "model": {"name": "cnn"}, "public": {"source": "image"}, "rounds": 20,
             "algorithm": {"name": "single_image", "num_distill": 50, "kmeans_k": default + 1}}
     with pytest.raises(ConfigError) as info:
