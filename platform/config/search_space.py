@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from platform.config.experiment import apply_overrides, build_experiment, error_message, load_yaml
+from platform.config.run_schema import is_number
 from platform.errors import ConfigError, UserError
 from platform.config.schema import build, spec
 
@@ -597,8 +598,6 @@ def parse_reference(raw: Any, parameters: dict[str, Distribution], scenarios: di
     ``{label?, arm?: {swept parameter: value}, scenario?: {scenario key: value}, metric, value, std?}``: the paper's
     ``value`` (± ``std``) of ``metric`` for the trials with those swept values in that scenario cell. Accuracies are
     fractions in [0, 1] like the platform's. Errors name the field, e.g. ``reference.values[1].metric``."""
-    from platform.results.sweep_results import is_number
-
     if raw is None:
         return None
     if not isinstance(raw, dict):

@@ -18,8 +18,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
+from platform.config.run_schema import is_number
 from platform.errors import UserError
-from platform.results.sweep_results import (TEST_METRIC, Objective, SweepResults, SweptParameter, is_number, same_value,
+from platform.results.sweep_results import (TEST_METRIC, Objective, SweepResults, SweptParameter, same_value,
                                     value_text)
 
 ARTIFACT_REPORT = "report"  # on the parent run: report/report.md, report/report.html and the PNGs

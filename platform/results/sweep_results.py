@@ -29,7 +29,8 @@ from platform.cli import sqlite_path
 from platform.errors import UserError
 from platform.config.run_schema import (METRIC_ROUNDS_COMPLETED, PARAM_SCENARIO, PARAM_SEARCH, PARAM_SEEDS, PARAM_SPACE,
                                  PER_SEED_SEPARATOR, STATUS_RUNNING, TAG_DESCRIPTION, TAG_PARENT_RUN, TAG_SCENARIO,
-                                 TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, children_filter)
+                                 TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, children_filter,
+                                 is_number)
 
 TEST_METRIC = "test_accuracy"  # reported beside the selection metric, never selected on
 HEADLINE_METRICS = ("val_accuracy", "test_accuracy", "val_loss", "test_loss")
@@ -214,10 +215,6 @@ def parse_literal(text: str) -> Any:
         return value(ast.parse(text.strip(), mode="eval").body)
     except (SyntaxError, ValueError):
         return text
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def same_value(a: Any, b: Any) -> bool:
