@@ -442,7 +442,8 @@ SCENARIOS = {"partition.alpha": [0.1, 1.0]}
 
 
 def _parse(values, **top):
-    from platform.config.search_space import parse_distribution, parse_reference
+    from platform.config.reference import parse_reference
+    from platform.config.search_space import parse_distribution
 
     parameters = {k: parse_distribution(k, d) for k, d in PARAMETERS.items()}
     return parse_reference({"source": "paper", "values": values, **top}, parameters, SCENARIOS)
