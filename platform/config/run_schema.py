@@ -7,7 +7,7 @@ Metric names themselves are declared by the algorithms (``algorithms.base.STANDA
 from __future__ import annotations
 
 import json
-from typing import Iterable
+from typing import Any, Iterable
 
 # Tags
 TAG_STATUS = "status"  # one of the STATUS_* values below
@@ -85,14 +85,15 @@ RESULT_DETAILS = "_details"
 REPORTED_TEST_METRICS = ("test_accuracy", "test_loss")  # the test figures reported beside the selection metric
 
 
-def _is_number(value) -> bool:
+def is_number(value: Any) -> bool:
+    """A number as the runs record it: an int or a float, never a flag (``True`` is an int to Python)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def tune_result(metrics: dict, numeric: Iterable[str]) -> dict:
     """``metrics`` with the numbers not named in ``numeric`` (nor their ``_std``) moved into RESULT_DETAILS."""
     wanted = {name for key in numeric for name in (key, f"{key}_std")}
-    result = {k: v for k, v in metrics.items() if k in wanted or not _is_number(v)}
+    result = {k: v for k, v in metrics.items() if k in wanted or not is_number(v)}
     result[RESULT_DETAILS] = json.dumps({k: v for k, v in metrics.items() if k not in result})
     return result
 
@@ -101,7 +102,7 @@ def round_metrics(result: dict, skip: Iterable[str] = ()) -> dict[str, float]:
     """Every metric of a reported round as floats, RESULT_DETAILS unpacked, without the keys in ``skip``."""
     merged = {**result, **json.loads(result.get(RESULT_DETAILS) or "{}")}
     skip = set(skip)
-    return {k: float(v) for k, v in merged.items() if k not in skip and _is_number(v)}
+    return {k: float(v) for k, v in merged.items() if k not in skip and is_number(v)}
 
 # Scenario grids (a search space's ``scenarios:`` block): one study per cell of the cross product, all under the one
 # parent run. On each trial's child run: the cell (label "key=value, ..."), its 1-based number (as printed,

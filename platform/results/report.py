@@ -6,7 +6,8 @@ categorical swept parameter and per scenario cell, the arm's best trial on the s
 test_accuracy as mean ± population std over seeds); the learning curves of the best and the worst trial; one
 sensitivity plot per swept parameter; the paper's values beside ours where the search space has a ``reference:``
 block; and, with ``--compare``, the arms several sweeps share side by side. It reads the store only, so it works on a
-sweep still running (each trial's latest values). Every figure comes from :func:`platform.results.sweep_results.trials_table`.
+sweep still running (each trial's latest values). Every figure comes from
+:func:`platform.results.sweep_artifacts.trials_table`.
 """
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
+from platform.config.run_schema import is_number
 from platform.errors import UserError
-from platform.results.sweep_results import (TEST_METRIC, Objective, SweepResults, SweptParameter, is_number, same_value,
-                                    value_text)
+from platform.results.sweep_artifacts import TEST_METRIC
+from platform.results.sweep_results import Objective, SweepResults, SweptParameter, same_value, value_text
 
 ARTIFACT_REPORT = "report"  # on the parent run: report/report.md, report/report.html and the PNGs
 INACTIVE = "—"  # an arm where a conditional parameter is not active, a missing figure
@@ -36,7 +38,7 @@ def resolve_objective(results: SweepResults, metric: Optional[str]) -> Objective
         return results.objective
     logged = {name for t in results.trials for name in t.metrics}
     if results.trials and metric not in logged:
-        from platform.results.sweep_results import table_metrics
+        from platform.results.sweep_artifacts import table_metrics
 
         raise UserError(f"--metric: no trial of sweep {results.parent_run_id} logged {metric!r}; logged: "
                         f"{', '.join(table_metrics(results)) or 'none'}")
@@ -368,7 +370,7 @@ def best_and_worst(results: SweepResults, frame, objective: Objective) -> list[t
 
 
 def plot_blocks(results: SweepResults, table, frame, objective: Objective, out: str) -> tuple[list[Block], list[str]]:
-    from platform.results.sweep_results import learning_curves_png, sensitivity_plots, warn
+    from platform.results.sweep_artifacts import learning_curves_png, sensitivity_plots, warn
 
     blocks: list[Block] = []
     written: list[str] = []
@@ -438,7 +440,7 @@ def reference_blocks(results: SweepResults, frame, objective: Objective, referen
 
 def comparison_blocks(sweeps: Sequence[SweepResults], objective: Objective) -> list[Block]:
     """The arms every sweep has, one column group per sweep, then one row per sweep for its overall best."""
-    from platform.results.sweep_results import trial_frame, trials_table
+    from platform.results.sweep_artifacts import trial_frame, trials_table
 
     letters = [chr(ord("A") + i) if i < 26 else str(i + 1) for i in range(len(sweeps))]
     labels = [f"{letter}: {s.space}@{s.short_id}" for letter, s in zip(letters, sweeps)]
@@ -499,7 +501,7 @@ def arms_overall(frame, objective: Objective) -> Optional[dict]:
 def write_report(results: SweepResults, objective: Objective, out: str, others: Sequence[SweepResults] = (),
                  reference=None) -> list[str]:
     """Write ``report.md``, ``report.html`` and their PNGs into ``out``; the paths written."""
-    from platform.results.sweep_results import trial_frame, trials_table, write_table_files
+    from platform.results.sweep_artifacts import trial_frame, trials_table, write_table_files
 
     os.makedirs(out, exist_ok=True)
     extra = [objective.metric, *(v.metric for v in (reference.values if reference else ()))]

@@ -1,6 +1,6 @@
 """What a sweep leaves for people to read, beside its child runs: the parent run's markdown description (the
 question, the search space, the answer with a link to the best trial), the MLflow UI view a printed deep link opens,
-the persistent Optuna study's plots, and the sweep-level tables and plots of :mod:`platform.results.sweep_results`.
+the persistent Optuna study's plots, and the sweep-level tables and plots of :mod:`platform.results.sweep_artifacts`.
 
 :func:`publish` runs when a sweep ends, finished or not (a partial sweep shows what it has); nothing here may fail
 the sweep: a part that cannot be written is skipped with one warning on stderr.
@@ -162,7 +162,7 @@ def _publish_view(tracker, parent_run_id: str, space) -> str:
 
 def _log_results(tracker, parent_run_id: str) -> None:
     try:
-        from platform.results.sweep_results import log_sweep_artifacts
+        from platform.results.sweep_artifacts import log_sweep_artifacts
     except ImportError:
         return
     log_sweep_artifacts(tracker.uri, parent_run_id)

@@ -49,7 +49,8 @@ def _ablation_rows(markdown: str) -> dict[str, list[str]]:
 def test_report_on_a_real_sweep(ray_local, one_torch_thread, tracking_uri, tmp_path, capsys):
     import pyarrow.parquet as pq
 
-    from platform.results.sweep_results import load_sweep, trials_table
+    from platform.results.sweep_artifacts import trials_table
+    from platform.results.sweep_results import load_sweep
 
     run_tiny_sweep(SPACE, NAME, tracking_uri, tmp_path, capsys)
     client, runs = mlflow_runs(tracking_uri, NAME)

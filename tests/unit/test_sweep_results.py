@@ -127,7 +127,8 @@ def store(tmp_path_factory, empty_store):
 def test_trials_table_has_a_row_per_trial_and_seed_with_the_logged_values(store):
     import pyarrow as pa
 
-    from platform.results.sweep_results import load_sweep, trials_table
+    from platform.results.sweep_artifacts import trials_table
+    from platform.results.sweep_results import load_sweep
 
     uri, parent_id, finals = store
     results = load_sweep(uri, parent_id)
@@ -155,7 +156,8 @@ def test_table_files_round_trip(store, tmp_path):
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from platform.results.sweep_results import load_sweep, trials_table, write_table_files
+    from platform.results.sweep_artifacts import trials_table, write_table_files
+    from platform.results.sweep_results import load_sweep
 
     uri, parent_id, _ = store
     table = trials_table(load_sweep(uri, parent_id))
@@ -167,7 +169,8 @@ def test_table_files_round_trip(store, tmp_path):
 def test_log_sweep_artifacts_logs_the_table_and_a_plot_per_parameter(store, tmp_path):
     import pyarrow.parquet as pq
 
-    from platform.results.sweep_results import load_sweep, log_sweep_artifacts, trials_table
+    from platform.results.sweep_artifacts import log_sweep_artifacts, trials_table
+    from platform.results.sweep_results import load_sweep
 
     uri, parent_id, _ = store
     logged = log_sweep_artifacts(uri, parent_id)
@@ -182,7 +185,8 @@ def test_log_sweep_artifacts_logs_the_table_and_a_plot_per_parameter(store, tmp_
 
 
 def test_sensitivity_points_are_every_seed_and_every_trial_mean(tracking_uri):
-    from platform.results.sweep_results import load_sweep, sensitivity_series, trials_table
+    from platform.results.sweep_artifacts import sensitivity_series, trials_table
+    from platform.results.sweep_results import load_sweep
 
     parent_id, finals = build_sweep(tracking_uri, scenarios={"partition.alpha": [0.1, 1.0]})
     results = load_sweep(tracking_uri, parent_id)
@@ -203,7 +207,8 @@ def test_sensitivity_points_are_every_seed_and_every_trial_mean(tracking_uri):
 
 
 def test_log_sweep_artifacts_never_raises(tracking_uri, capsys):
-    from platform.results.sweep_results import load_sweep, log_sweep_artifacts
+    from platform.results.sweep_artifacts import log_sweep_artifacts
+    from platform.results.sweep_results import load_sweep
 
     parent_id, _ = build_sweep(tracking_uri, trials=[], status="interrupted")  # no trial ran
     assert load_sweep(tracking_uri, parent_id).trials == ()
@@ -214,7 +219,8 @@ def test_log_sweep_artifacts_never_raises(tracking_uri, capsys):
 
 
 def test_a_store_without_per_seed_metrics_gives_one_row_per_trial(tracking_uri):
-    from platform.results.sweep_results import load_sweep, trials_table
+    from platform.results.sweep_artifacts import trials_table
+    from platform.results.sweep_results import load_sweep
 
     parent_id, finals = build_sweep(tracking_uri, per_seed=False)
     rows = trials_table(load_sweep(tracking_uri, parent_id)).to_pylist()
@@ -337,7 +343,8 @@ def test_report_on_a_running_sweep_says_so(tracking_uri, tmp_path, capsys):
 
 
 def test_scenario_cells_times_categorical_values_are_the_arms(tracking_uri, tmp_path, capsys):
-    from platform.results.sweep_results import load_sweep, trials_table
+    from platform.results.sweep_artifacts import trials_table
+    from platform.results.sweep_results import load_sweep
 
     parent_id, _ = build_sweep(tracking_uri, scenarios={"partition.alpha": [0.1, 1.0]})
     results = load_sweep(tracking_uri, parent_id)
@@ -398,7 +405,8 @@ def test_metric_option_selects_in_the_metric_direction(store, tmp_path, capsys):
 
 
 def test_multi_objective_sweeps_select_on_the_first_objective(tracking_uri):
-    from platform.results.sweep_results import Objective, load_sweep, trials_table
+    from platform.results.sweep_artifacts import trials_table
+    from platform.results.sweep_results import Objective, load_sweep
 
     parent_id, _ = build_sweep(tracking_uri, search={"search.metric": "['val_accuracy', 'val_loss']",
                                                      "search.mode": "['max', 'min']"})
@@ -442,7 +450,8 @@ SCENARIOS = {"partition.alpha": [0.1, 1.0]}
 
 
 def _parse(values, **top):
-    from platform.config.search_space import parse_distribution, parse_reference
+    from platform.config.reference import parse_reference
+    from platform.config.search_space import parse_distribution
 
     parameters = {k: parse_distribution(k, d) for k, d in PARAMETERS.items()}
     return parse_reference({"source": "paper", "values": values, **top}, parameters, SCENARIOS)
