@@ -291,7 +291,8 @@ def search_space_dirs() -> list[str]:
     if os.environ.get("FEDSWEEP_SEARCH_SPACES"):
         dirs.append(os.environ["FEDSWEEP_SEARCH_SPACES"])
     dirs.append(os.path.join(os.getcwd(), "search_spaces"))
-    dirs.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "search_spaces"))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # <repo>/platform/config/
+    dirs.append(os.path.join(repo, "search_spaces"))
     return [d for i, d in enumerate(dirs) if os.path.isdir(d) and d not in dirs[:i]]
 
 
