@@ -57,9 +57,9 @@ import itertools
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from platform.config.experiment import apply_overrides, build_experiment, error_message, load_yaml
+from platform.config.experiment import ExperimentConfig, apply_overrides, build_experiment, error_message, load_yaml
 from platform.config.reference import Reference, check_reference_metrics, parse_reference
 from platform.errors import ConfigError, UserError
 from platform.config.schema import build, spec
@@ -316,9 +316,19 @@ def find_search_space(name: str) -> str:
 SECTIONS = ("description", "base", "parameters", "search", "resources", "scenarios", "reference")
 
 
+#: A check of a whole experiment config from a layer above config (``platform.preflight.check_experiment``)
+ConfigCheck = Callable[[ExperimentConfig], None]
+
+
+def _no_check(config: ExperimentConfig) -> None:
+    return None
+
+
 def load_search_space(name: str, overrides: dict[str, Any] | None = None,
-                      num_samples: Optional[int] = None) -> SearchSpace:
-    """Load and fully validate a search space; ``overrides`` (``--set``) apply to its base config."""
+                      num_samples: Optional[int] = None, check: ConfigCheck = _no_check) -> SearchSpace:
+    """Load and fully validate a search space; ``overrides`` (``--set``) apply to its base config. ``check`` runs on
+    every configuration validation tries (the base, each scenario cell, each candidate value), its errors reported
+    as this loader reports its own: the sweep passes ``platform.preflight.check_experiment``."""
     path = find_search_space(name)
     raw = load_yaml(path) or {}
     if not isinstance(raw, dict):
@@ -333,6 +343,7 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
         base["resources"] = raw["resources"]
     base = apply_overrides(base, overrides or {})
     base_config = build_experiment(base)  # validates the base, --set included
+    check(base_config)
     params_raw = raw.get("parameters") or {}
     if not isinstance(params_raw, dict):
         raise ConfigError("parameters", "must map dotted config keys to distributions")
@@ -361,12 +372,12 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
     space = SearchSpace(os.path.splitext(os.path.basename(path))[0], os.path.abspath(path),
                         str(raw.get("description") or ""), base, parameters, search, scenarios, reference)
     if scenarios:
-        configs = _validate_cells(space)
+        configs = _validate_cells(space, check)
     else:
         if search.scheduler.kind == "asha" and search.scheduler.grace_period > base_config.rounds:
             raise ConfigError("search.scheduler.grace_period", f"must be <= base.rounds ({base_config.rounds}), "
                                                                f"got {search.scheduler.grace_period}")
-        configs = _validate_parameter_values(space)
+        configs = _validate_parameter_values(space, check)
     modes = _selection_modes(search, configs)
     check_reference_metrics(reference, configs)
     if search.multi_objective:  # lists, whatever sequence the file gave
@@ -414,7 +425,7 @@ def parse_scenarios(raw: Any, parameters: dict, overrides: dict) -> dict[str, tu
     return scenarios
 
 
-def _validate_cells(space: SearchSpace) -> list:
+def _validate_cells(space: SearchSpace, check: ConfigCheck) -> list:
     """Every scenario cell's configurations pass validation as a space without scenarios does (the base with the
     cell's values, every parameter value, the ASHA rules); returns every configuration tried, over all cells."""
     configs = []
@@ -424,6 +435,7 @@ def _validate_cells(space: SearchSpace) -> list:
         try:
             cell_space = space.cell_space(index)
             cell_base = cell_space.trial_config({})
+            check(cell_base)
         except ConfigError as err:
             keys = [k for k in cell if err.field == k or err.field.startswith(k + ".") or k.startswith(err.field + ".")]
             key = keys[0] if keys else (next(iter(cell)) if len(cell) == 1 else None)
@@ -435,7 +447,7 @@ def _validate_cells(space: SearchSpace) -> list:
             raise ConfigError("search.scheduler.grace_period", f"must be <= rounds ({cell_base.rounds} in scenario "
                                                                f"cell {label}), got {grace}")
         try:
-            configs += _validate_parameter_values(cell_space)
+            configs += _validate_parameter_values(cell_space, check)
         except ConfigError as err:
             raise ConfigError(err.field, f"in scenario cell {label}: {error_message(err)}") from None
     return configs
@@ -496,7 +508,7 @@ def _dependency_order(parameters: dict[str, Distribution], scenarios: dict | Non
     return ordered
 
 
-def _validate_parameter_values(space: SearchSpace) -> list:
+def _validate_parameter_values(space: SearchSpace, check: ConfigCheck) -> list:
     """Every parameter must be a config key, and every value it can take must pass config validation; returns
     the configurations tried (the base and one per candidate value).
 
@@ -511,6 +523,7 @@ def _validate_parameter_values(space: SearchSpace) -> list:
         for value in dist.candidates:
             try:
                 configs.append(space.trial_config({**context, key: value}))
+                check(configs[-1])
             except ConfigError as err:
                 raise ConfigError(f"parameters.{key}", f"value {value!r} is invalid: {err}") from None
     scheduler = space.search.scheduler
