@@ -50,7 +50,8 @@ def main(argv=None) -> int:
 
     from platform.stages.cache import open_cache
     from platform.runtime.pretrain import prepare_pretrained
-    from platform.runtime.federation import replicate_over_seeds, share_dataset
+    from platform.runtime.federation import share_dataset
+    from platform.runtime.seeding import replicate_over_seeds
 
     cache = open_cache(args.cache_dir)
 

@@ -262,9 +262,8 @@ def raw_rounds(config, threads: int) -> tuple[list[dict], object]:
     from platform.data import load_dataset
     from platform.data.public import take_public
     from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted
-    from platform.config.models import build_model
-    from platform.runtime.actors import (GLOBAL_RNG_KEY, SERVER_STREAM_KEY, client_architectures,
-                                         summarise_client_evaluations)
+    from platform.config.models import build_model, client_architectures
+    from platform.runtime.actors import GLOBAL_RNG_KEY, SERVER_STREAM_KEY, summarise_client_evaluations
     from platform.runtime.federation import client_splits
     from platform.runtime.seeding import derived_seed, generator, sample_clients
 

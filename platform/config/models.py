@@ -4,6 +4,7 @@ Models are pure PyTorch and algorithms build some themselves (FedED's autoencode
 ``algorithms/`` (which never imports ``platform``); the platform builds clients' and servers' models from it.
 """
 from itertools import groupby
+from typing import Optional
 
 from algorithms.models import *  # noqa: F401,F403
 from algorithms.models import __all__  # noqa: F401
@@ -32,3 +33,11 @@ def check_whole_blocks(spec, num_clients: int, field: str = ARCHITECTURES_FIELD)
                              f"blocks (model.assignment blocks): {wanted} clients would be rounded to {rounded}; "
                              f"give shares that multiply out to whole client counts, e.g. [{shares}], or change "
                              f"clients.num_clients")
+
+
+def client_architectures(config) -> Optional[list[str]]:
+    """Each client's architecture (``model.architectures``), or None when every client runs ``model.name``."""
+    if config.model.architectures is None:
+        return None
+    return assign_architectures(config.model.architectures, config.clients.num_clients,
+                                None if config.model.assignment == "blocks" else config.stream_seed("partition"))

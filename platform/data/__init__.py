@@ -3,8 +3,9 @@ from platform.data.datasets import DATASETS, ArrayDataset, check_dataset_availab
 from platform.data.partition import PARTITIONS, partition_clients
 
 __all__ = ["DATASETS", "PARTITIONS", "ArrayDataset", "check_dataset_available", "load_dataset", "partition_clients"]
-from platform.data.partition import (class_counts, server_validation_split, split_clients,  # noqa: E402
-                                     split_fractions, stratified_split)
+from platform.data.partition import class_counts  # noqa: E402
+from platform.data.splits import (server_validation_split, split_clients, split_fractions,  # noqa: E402
+                                  stratified_split)
 from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted  # noqa: E402
 from platform.data.summary import partition_heatmap, partition_summary  # noqa: E402
 

@@ -31,11 +31,13 @@ from algorithms import ClientContext, ServerContext, reduce_updates, resolve_alg
 from algorithms.base import aggregate_round, group_by_architecture, mean_metrics
 from algorithms.common import LocalTraining, evaluate, get_flat_weights, set_flat_weights
 from algorithms.common.batched_training import BatchingUnsupported, prefers_batched
-from platform.config.models import assign_architectures, build_model
+from platform.config.models import build_model, client_architectures
 from platform.config.run_schema import MAX_ARRAY_ELEMENTS, RESULT_ARRAYS, RESULT_CLIENT_PATHS
+from platform.runtime.pretrain import load_pretrained_features
 from platform.runtime.seeding import derived_seed, generator
-from platform.stages.memo import Memos
+from platform.runtime.shards import ClientShards, ClientSplits
 from platform.runtime.state_store import ClientStateStore
+from platform.stages.memo import Memos
 
 SERVER_STREAM_KEY = 2**32 - 1  # distinguishes the server's streams from every (round, client) stream
 GLOBAL_RNG_KEY = 2**32 - 2  # distinguishes a client's global-RNG seed (dropout) from its training generator's
@@ -65,8 +67,6 @@ def _model_for(config, input_shape, num_classes, device, name: Optional[str] = N
         torch.manual_seed(config.stream_seed("init"))
         model = build_model(name, input_shape, num_classes)
     if config.pretrain.method != "none":
-        from platform.runtime.pretrain import load_pretrained_features
-
         load_pretrained_features(model, name, config, pretrained)
     return model.to(device)
 
@@ -128,14 +128,6 @@ def _seed_global_rng(*keys: int, device: Optional[torch.device] = None) -> None:
     torch.default_generator.manual_seed(seed)
     if device is not None and device.type == "cuda":
         torch.cuda.manual_seed(seed)
-
-
-def client_architectures(config) -> Optional[list[str]]:
-    """Each client's architecture (``model.architectures``), or None when every client runs ``model.name``."""
-    if config.model.architectures is None:
-        return None
-    return assign_architectures(config.model.architectures, config.clients.num_clients,
-                                None if config.model.assignment == "blocks" else config.stream_seed("partition"))
 
 
 @dataclass
@@ -375,65 +367,6 @@ class ParameterServer(Reusable):
             torch.set_rng_state(streams["global"])
 
 
-class ClientShards:
-    """Every client's sample indices as two arrays, whatever the number of clients (CSR layout): client
-    ``clients[i]`` (``i`` itself when ``clients`` is None) owns ``indices[offsets[i]:offsets[i + 1]]``.
-
-    One object per federation, put in the object store once and read zero-copy by every client actor, so an
-    idle virtual client costs its indices (8 bytes a sample) and no Python object of its own.
-    """
-
-    def __init__(self, indices: np.ndarray, offsets: np.ndarray, clients: Optional[np.ndarray] = None):
-        self.indices, self.offsets, self.clients = indices, offsets, clients
-
-    @classmethod
-    def from_parts(cls, parts: Sequence[np.ndarray], clients: Optional[Sequence[int]] = None) -> "ClientShards":
-        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-        offsets[1:] = np.cumsum([len(p) for p in parts])
-        indices = (np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]) if len(parts)
-                   else np.zeros(0, dtype=np.int64))
-        return cls(indices, offsets, None if clients is None else np.asarray(clients, dtype=np.int64))
-
-    @classmethod
-    def from_mapping(cls, shards: Mapping[int, np.ndarray]) -> "ClientShards":
-        keys = sorted(int(k) for k in shards)
-        return cls.from_parts([shards[k] for k in keys], keys)
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def _position(self, k: int) -> int:
-        if self.clients is None:
-            if not 0 <= k < len(self):
-                raise KeyError(k)
-            return k
-        i = int(np.searchsorted(self.clients, k))
-        if i >= len(self.clients) or self.clients[i] != k:
-            raise KeyError(k)
-        return i
-
-    def bounds(self, k: int) -> tuple[int, int]:
-        i = self._position(int(k))
-        return int(self.offsets[i]), int(self.offsets[i + 1])
-
-    def __getitem__(self, k: int) -> np.ndarray:
-        start, end = self.bounds(k)
-        return self.indices[start:end]
-
-    def keys(self) -> np.ndarray:
-        return np.arange(len(self), dtype=np.int64) if self.clients is None else self.clients
-
-
-@dataclass
-class ClientSplits:
-    """Every client's training indices, and its validation and test indices when the partition asks for them
-    (``partition.val_fraction`` / ``test_fraction``), as :class:`ClientShards` (None when the split is empty)."""
-
-    train: ClientShards
-    val: Optional[ClientShards] = None
-    test: Optional[ClientShards] = None
-
-
 class ClientPool(Reusable):
     """Hosts a fixed shard of virtual clients; trains the sampled ones in turn with one model per architecture,
     or, per ``clients.batched``, each architecture's sampled clients at once (:meth:`Algorithm.client_update_many`).
@@ -612,6 +545,5 @@ class ClientPool(Reusable):
         return self.models[name]
 
 
-__all__ = ["ClientPool", "ClientShards", "ClientSplits", "GLOBAL_RNG_KEY", "ParameterServer", "Reusable",
-           "RoundResult", "arrays_due", "client_architectures",
-           "derived_seed", "plottable_arrays", "summarise_client_evaluations"]
+__all__ = ["ClientPool", "GLOBAL_RNG_KEY", "ParameterServer", "Reusable", "RoundResult", "arrays_due",
+           "plottable_arrays", "summarise_client_evaluations"]

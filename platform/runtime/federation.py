@@ -9,7 +9,6 @@ evaluation and reporting overlap training (:meth:`Federation.start_round`).
 """
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import time
 from dataclasses import dataclass
@@ -23,10 +22,12 @@ from algorithms import resolve_algorithm
 from platform.data import load_dataset, partition_clients, server_validation_split, split_clients, split_fractions
 from platform.data.public import _subset, take_public
 from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted
-from platform.runtime.actors import ClientPool, ClientShards, ClientSplits, ParameterServer, RoundResult
+from platform.runtime.actors import ClientPool, ParameterServer, RoundResult
 from platform.runtime.placement import (Placement, SLIVER_CPU, client_bundle, pool_size, server_threads,
                                         torch_threads)
+from platform.runtime.pretrain import PretrainNotPrepared, architectures_of, pretrained_key
 from platform.runtime.seeding import derived_seed, sample_clients
+from platform.runtime.shards import ClientShards, ClientSplits
 
 RemoteParameterServer = ray.remote(ParameterServer)
 RemoteClientPool = ray.remote(ClientPool)
@@ -63,8 +64,6 @@ class SharedData:
 
     def missing_pretrained(self, config) -> list[str]:
         """The architectures of ``config`` whose pre-trained features this data does not hold."""
-        from platform.runtime.pretrain import architectures_of, pretrained_key
-
         if config.pretrain.method == "none":
             return []
         have = self.pretrained or {}
@@ -73,8 +72,6 @@ class SharedData:
     def pretrained_for(self, config) -> Optional[dict]:
         """architecture -> ObjectRef of its pre-trained features for ``config`` (None without pre-training);
         raises :class:`platform.runtime.pretrain.PretrainNotPrepared` when one was not prepared."""
-        from platform.runtime.pretrain import PretrainNotPrepared, architectures_of, pretrained_key
-
         if config.pretrain.method == "none":
             return None
         missing = self.missing_pretrained(config)
@@ -499,15 +496,19 @@ def one_round_stage_fields(config) -> dict:
 def one_round_stage(config):
     """The one-round client stage; its code version covers the modules that produce a client's update: the
     algorithm's classes, local training, flat weights, the models, the data layer and the client actor."""
+    # The modules hashed below, by name (loaded already: this module and the actors import them).
     import algorithms.common.batched_training
     import algorithms.common.training
     import algorithms.common.weights
     import algorithms.models
+    import platform.config.models
     import platform.data.datasets
     import platform.data.partition
     import platform.data.public
+    import platform.data.splits
     import platform.runtime.actors
     import platform.runtime.seeding
+    import platform.runtime.shards
     from platform.stages.cache import Stage, code_version
 
     algorithm = resolve_algorithm(config.algorithm.name)
@@ -516,17 +517,11 @@ def one_round_stage(config):
                            algorithms.common.weights, algorithms.models,
                            *(module for name, module in sorted(vars(algorithms.models).items())
                              if inspect.ismodule(module) and module.__name__.startswith("algorithms.models.")),
-                           platform.data.datasets, platform.data.partition, platform.data.public,
-                           platform.runtime.actors, platform.runtime.seeding)
+                           platform.config.models, platform.data.datasets, platform.data.partition,
+                           platform.data.public, platform.data.splits, platform.runtime.actors,
+                           platform.runtime.seeding, platform.runtime.shards)
     return Stage(ONE_ROUND_STAGE, version, tuple(sorted(one_round_stage_fields(config))))
 
 
-def replicate_over_seeds(config, seeds) -> list:
-    """One config per seed (the sweep's ``seeds`` list); each stream seed then derives from it, except an explicit
-    ``seeds.<stream>`` (the same in every replicate) and, with ``seeds.partition_from_seed``, the partition seed,
-    which is the replicate's seed itself (:meth:`platform.config.experiment.ExperimentConfig.stream_seed`)."""
-    return [dataclasses.replace(config, seed=int(s)) for s in seeds]
-
-
 __all__ = ["Federation", "LocalData", "SharedData", "SLIVER_CPU", "WarmActors", "load_shared_data",
-           "replicate_over_seeds", "share_dataset"]
+           "share_dataset"]

@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -91,11 +92,13 @@ import algorithms.models.base as _models_base
 import algorithms.models.cnn as _models_cnn
 import algorithms.models.mobile as _models_mobile
 import algorithms.models.resnet as _models_resnet
+import platform.runtime.seeding as _seeding
 from platform.stages.cache import Stage, code_version, stage_key
 from platform.data.datasets import DATASETS, NORMALIZATIONS, normalization_name
 from platform.errors import ConfigError, UserError
-from platform.config.models import build_model
+from platform.config.models import build_model, client_architectures
 from platform.config.public_data import PretrainConfig
+from platform.runtime.seeding import derived_seed, replicate_over_seeds
 
 STAGE_NAME = "simclr_pretrain"
 # Fields of PretrainConfig that change the result (the rest say where it runs).
@@ -105,18 +108,12 @@ META_FILE = "simclr_meta.json"
 PROJECTION_KEY, EPOCH_KEY, AUGMENT_KEY = 0x51C1, 0x51C2, 0x51C3  # streams derived from the init seed
 
 
-def derived_seed(*keys: int) -> int:
-    """As :func:`platform.runtime.seeding.derived_seed` (not imported: ``platform.config.experiment`` imports this module, and
-    ``platform.runtime`` imports Ray and the actors)."""
-    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
-
-
 class PretrainNotPrepared(RuntimeError):
     """A run asks for pre-trained features that nobody prepared (no silent fallback to random features)."""
 
 
 def check_pretrain(config) -> None:
-    """Cross-section rules (called from ``platform.config.experiment``): SimCLR needs a public image pool."""
+    """Cross-section rules (a pre-flight check, :mod:`platform.preflight`): SimCLR needs a public image pool of images."""
     p = config.pretrain
     if p.method == "none":
         return
@@ -135,8 +132,6 @@ def check_pretrain(config) -> None:
 
 def architectures_of(config) -> list[str]:
     """Every architecture a run of ``config`` builds: the server model and each client architecture."""
-    from platform.runtime.actors import client_architectures
-
     names = [config.model.name, *(client_architectures(config) or [])]
     return sorted(set(names))
 
@@ -160,7 +155,8 @@ def pretrain_fields(config, architecture: str, public_digest: str = "") -> dict[
 
 def pretrain_stage(config, architecture: str, public_digest: str = "") -> Stage:
     """The stage-cache entry of one pre-training: see the module doc for its fields."""
-    version = code_version(sys.modules[__name__], _models_base, _models_cnn, _models_resnet, _models_mobile)
+    version = code_version(sys.modules[__name__], _seeding, _models_base, _models_cnn, _models_resnet,
+                           _models_mobile)
     return Stage(STAGE_NAME, version, tuple(sorted(pretrain_fields(config, architecture, public_digest))))
 
 
@@ -196,7 +192,7 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Ten
 
 
 def _augmentation(channels: int, size: tuple[int, int]):
-    from torchvision.transforms import v2
+    from torchvision.transforms import v2  # deferred: start-up time
 
     steps = [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip(0.5)]
     if channels == 3:
@@ -219,7 +215,7 @@ def _build_net(cfg: dict) -> tuple[SimCLRNet, nn.Module]:
 
 def _train_loop(cfg: dict) -> None:
     """Ray Train's ``train_loop_per_worker``: SimCLR on this worker's slice of every global batch."""
-    import ray
+    import ray  # deferred: start-up time
 
     api = _train_api(cfg["v2"])
     torch.set_num_threads(max(1, int(cfg["cpus_per_worker"])))
@@ -264,7 +260,7 @@ def _train_loop(cfg: dict) -> None:
             x = pool[idx]
             z1, z2 = net(views(x), views(x))
             if world > 1:  # the global batch's projections; the gather's backward sums the gradients back
-                import torch.distributed.nn.functional as dist_fn
+                import torch.distributed.nn.functional as dist_fn  # deferred: start-up time
 
                 z1, z2 = torch.cat(dist_fn.all_gather(z1)), torch.cat(dist_fn.all_gather(z2))
             loss = nt_xent(z1, z2, cfg["temperature"])
@@ -295,14 +291,14 @@ def _v2_enabled() -> bool:
     """Ray Train V2 when ``RAY_TRAIN_V2_ENABLED`` says so *now* (V2's trainer checks the variable when built).
     ``ray.train``'s re-exports are fixed when it is first imported, which in a command line may be before
     ``quiet_libraries`` sets the variable, so :func:`_train_api` imports each version's own modules."""
-    from ray.train.v2._internal.constants import is_v2_enabled
+    from ray.train.v2._internal.constants import is_v2_enabled  # deferred: start-up time
 
     return is_v2_enabled()
 
 
 def _train_api(v2: bool) -> dict:
     """The Ray Train API of one version, from its own modules (never a mix of the two)."""
-    from ray.train._checkpoint import Checkpoint
+    from ray.train._checkpoint import Checkpoint  # deferred: start-up time, and one version's modules only
 
     if v2:
         from ray.train.v2.api import train_fn_utils as fn
@@ -341,7 +337,7 @@ def latest_checkpoint(run_dir: str) -> Optional[tuple[int, str]]:
 
 
 def _use_gpu(setting, workers: int) -> bool:
-    import ray
+    import ray  # deferred: start-up time
 
     gpus = ray.cluster_resources().get("GPU", 0) if ray.is_initialized() else 0
     if setting == "auto":
@@ -358,7 +354,7 @@ def run_simclr(config, architecture: str, public_x, input_shape, num_classes: in
 
     Returns ``{"features": state_dict (CPU), "record": {epochs, losses, final_loss, seconds, workers, ...}}``.
     """
-    import ray
+    import ray  # deferred: start-up time
 
     p = config.pretrain
     pool_ref = public_x if isinstance(public_x, ray.ObjectRef) else ray.put(np.ascontiguousarray(public_x))
@@ -428,7 +424,7 @@ def pretrain_features(config, architecture: str, public_x, input_shape, num_clas
                       public_digest: Optional[str] = None, log=print) -> tuple[dict, bool]:
     """One (architecture, auxiliary data, seed) through the stage cache: ``(value, hit)`` with ``value`` as
     :func:`run_simclr` returns it. Prints one line (computed, or a cache hit)."""
-    import ray
+    import ray  # deferred: start-up time
 
     array = ray.get(public_x) if isinstance(public_x, ray.ObjectRef) else public_x
     digest = public_digest or pool_digest(array)
@@ -463,7 +459,7 @@ def prepare_pretrained(shared, configs, cache, log=print):
     and put each features state_dict in the object store once: a copy of ``shared`` (a
     :class:`~platform.runtime.federation.SharedData`) whose ``pretrained`` holds them. Run it on the driver after
     connecting to Ray, never in a Tune trial."""
-    import ray
+    import ray  # deferred: start-up time
 
     pretrained = dict(shared.pretrained or {})
     wanted = [(c, arch) for c in configs if c.pretrain.method != "none" for arch in architectures_of(c)]
@@ -488,10 +484,6 @@ def sweep_pretrain_configs(space, limit: int = 256) -> list:
     """The configs a sweep's trials can run with, as far as pre-training goes: the base config and every
     combination of the listed values (choice / grid) of ``model.*`` and ``pretrain.*`` parameters, each on every
     seed. Continuous ``pretrain.*`` parameters cannot be prepared (their trials fail with PretrainNotPrepared)."""
-    import itertools
-
-    from platform.runtime.federation import replicate_over_seeds
-
     keys = [k for k, d in space.parameters.items()
             if k.startswith(("model.", "pretrain.")) and d.kind in ("choice", "grid")]
     combos = [dict(zip(keys, values)) for values in itertools.product(*(space.parameters[k].args for k in keys))]
@@ -508,7 +500,7 @@ def sweep_pretrain_configs(space, limit: int = 256) -> list:
 
 def load_pretrained_features(model: nn.Module, architecture: str, config, pretrained: Optional[dict]) -> None:
     """Load the prepared h_0 of ``architecture`` into ``model.features`` (strict); the head stays as built."""
-    import ray
+    import ray  # deferred: start-up time
 
     state = (pretrained or {}).get(architecture)
     if isinstance(state, ray.ObjectRef):

@@ -1,5 +1,8 @@
-"""Per-(stream, round, client) seeds, so results do not depend on which actor hosts a client."""
+"""Per-(stream, round, client) seeds, so results do not depend on which actor hosts a client; one config per
+seed replicate."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import torch
@@ -19,3 +22,10 @@ def sample_clients(num_clients: int, per_round: int, sampling_seed: int, round_i
     if per_round >= num_clients:
         return np.arange(num_clients)
     return np.sort(rng.choice(num_clients, size=per_round, replace=False))
+
+
+def replicate_over_seeds(config, seeds) -> list:
+    """One config per seed (the sweep's ``seeds`` list); each stream seed then derives from it, except an explicit
+    ``seeds.<stream>`` (the same in every replicate) and, with ``seeds.partition_from_seed``, the partition seed,
+    which is the replicate's seed itself (:meth:`platform.config.experiment.ExperimentConfig.stream_seed`)."""
+    return [dataclasses.replace(config, seed=int(s)) for s in seeds]

@@ -16,9 +16,9 @@ from algorithms.base import CLIENT_EVALUATION_METRICS, STANDARD_METRICS
 
 from platform.config.experiment import apply_overrides, build_experiment
 from platform.stages.cache import open_cache
-from platform.runtime.federation import (Federation, SharedData, WarmActors, one_round_stage,
-                                         replicate_over_seeds, share_dataset)
+from platform.runtime.federation import Federation, SharedData, WarmActors, one_round_stage, share_dataset
 from platform.runtime.placement import current_placement, own_placement
+from platform.runtime.seeding import replicate_over_seeds
 from platform.config.run_schema import REPORTED_TEST_METRICS, RESULT_ARRAYS, RESULT_CLIENT_PATHS, per_seed_key, tune_result
 
 NOT_SUMMARISED = ("round", "clients")

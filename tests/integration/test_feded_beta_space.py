@@ -18,7 +18,7 @@ def _raw(name: str) -> dict:
 
 def test_feded_beta_loads_as_one_question():
     from algorithms.feded import FedED, FedEDHyperparams
-    from platform.runtime.federation import replicate_over_seeds
+    from platform.runtime.seeding import replicate_over_seeds
     from platform.config.search_space import grid_points, load_search_space
 
     space = load_search_space("feded_beta")

@@ -108,7 +108,8 @@ def test_partition_seed_from_the_replicate_seed():
     import numpy as np
 
     from platform.config.experiment import SEED_STREAMS
-    from platform.runtime.federation import one_round_stage_fields, replicate_over_seeds
+    from platform.runtime.federation import one_round_stage_fields
+    from platform.runtime.seeding import replicate_over_seeds
 
     def derived(seed, stream):  # the derivation every stream had before, pinned
         return int(np.random.SeedSequence([seed, SEED_STREAMS.index(stream)]).generate_state(1)[0])

@@ -9,7 +9,8 @@ import pytest
 from platform.config.experiment import PartitionConfig
 from platform.preflight import load_experiment
 from platform.data.partition import (PARTITIONS, class_counts, dirichlet_equal_partition, hierarchical_lda_partition,
-                                     lda_partition, partition_clients, split_clients, split_fractions)
+                                     lda_partition, partition_clients)
+from platform.data.splits import split_clients, split_fractions
 from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted
 from platform.data.summary import partition_heatmap, partition_summary
 from platform.errors import ConfigError

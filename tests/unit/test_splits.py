@@ -4,8 +4,8 @@ import pytest
 
 from platform.config.experiment import PartitionConfig
 from platform.data import server_validation_split, split_clients, stratified_split
-from platform.data.partition import (class_counts, hierarchical_lda_partition, lda_partition, partition_clients,
-                                     split_fractions)
+from platform.data.partition import class_counts, hierarchical_lda_partition, lda_partition, partition_clients
+from platform.data.splits import split_fractions
 from platform.errors import ConfigError
 
 C = 10
