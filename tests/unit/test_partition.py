@@ -72,3 +72,12 @@ def test_iid_is_a_partition(labels):
     parts = iid_partition(labels, 7, seed=0)
     assert sorted(np.concatenate(parts).tolist()) == list(range(len(labels)))
     assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+def test_the_config_knows_every_partitioner_and_no_other():
+    """``partition.kind`` is validated against config's own list (config never imports data); it names exactly the
+    partitioners data has, in the same order."""
+    from platform.config.experiment import PARTITION_KINDS
+    from platform.data.partition import PARTITIONS
+
+    assert tuple(PARTITIONS) == PARTITION_KINDS
