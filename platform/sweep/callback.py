@@ -51,7 +51,7 @@ class MlflowSweepCallback(tune.Callback):
                 "open": sorted(self.open), "names": self.names, "history": self.history, "retries": self.retries}
 
     def set_state(self, state: dict) -> None:
-        """Merged into what this callback holds: a long study's later segments (platform/study_segments.py) keep
+        """Merged into what this callback holds: a long study's later segments (platform/sweep/segments.py) keep
         the runs of the trials that ended in the segments before the one Tune restores."""
         self.runs.update(state["runs"])
         self.numbers.update(state["numbers"])

@@ -307,7 +307,7 @@ def _sweep_until(args: list[str], marker: str, signum: int,
 def test_a_trial_handed_a_dead_reused_actor_is_run_again(ray_local, tmp_path):
     """Ray Tune with reuse_actors (as the sweeps run it) hands a finished trial's cached actor to the next trial; when
     that actor has died meanwhile (its node lost, its process killed), Tune counted the one failure twice and ended
-    the trial as ERROR without a retry (platform/_tune_fixes.py). With the fix, the trial is run again and
+    the trial as ERROR without a retry (platform/sweep/_tune_fixes.py). With the fix, the trial is run again and
     completes. Plain Tune, a real process killed with SIGKILL while its actor sits in Tune's cache."""
     from ray import tune
 

@@ -1,4 +1,4 @@
-"""A long study as consecutive Tune experiments (platform/study_segments.py): the plan, the seeds, the searcher's
+"""A long study as consecutive Tune experiments (platform/sweep/segments.py): the plan, the seeds, the searcher's
 carried-over history and the record --resume reads."""
 import math
 

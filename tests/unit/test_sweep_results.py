@@ -443,7 +443,7 @@ def test_a_trial_run_id_or_a_missing_store_is_refused(store, tmp_path, capsys):
     assert "--tracking-uri: no MLflow store" in capsys.readouterr().err and not (tmp_path / "none.db").exists()
 
 
-# The reference: block (platform/search_space.py)
+# The reference: block (platform/config/reference.py)
 
 PARAMETERS = {"algorithm.beta": {"grid": [1, 2, 3]}, "algorithm.name": {"choice": ["fedavg", "fedprox"]}}
 SCENARIOS = {"partition.alpha": [0.1, 1.0]}
