@@ -216,17 +216,16 @@ def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tracking_ur
 
 
 def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_local, tracking_uri, tmp_path,
-                                                                           capsys):
+                                                                           capsys, monkeypatch):
     """kill -9 of a trial's own process mid-trial (a node or worker lost): Tune runs it again from its last
     checkpoint (search.max_failures, default 1); its one MLflow run continues, each round logged once."""
-    import threading
-
-    from mlflow.tracking import MlflowClient
-
     from platform.cli import _descendants
     from platform.sweep import main
+    from platform.sweep_callback import MlflowSweepCallback
 
-    rounds = 40  # many short rounds: the kill after round 2 lands while the trial still runs (batched rounds are fast)
+    # The kill happens in the driver (main runs in this process) as Tune hands it round 2: the trial, blocked in
+    # tune.report until the driver asks for its next result, is then at most a round ahead, far from its last round.
+    rounds = 40
     space = {**FAST_SPACE, "parameters": {"clients.lr": {"grid": [0.05]}},
              "base": {**FAST_SPACE["base"], "rounds": rounds},
              "search": {"searcher": "grid", "num_samples": 1, "seeds": [0], "metric": "val_accuracy", "mode": "max",
@@ -234,27 +233,21 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
     path = tmp_path / "retried.yaml"
     path.write_text(yaml.safe_dump(space))
     killed = []
+    on_trial_result = MlflowSweepCallback.on_trial_result
 
-    def kill_the_trial_after_round_2():
-        client, deadline = MlflowClient(tracking_uri), time.time() + 240
-        while time.time() < deadline and not killed:
-            time.sleep(0.5)
-            experiment = client.get_experiment_by_name("retried")
-            runs = client.search_runs([experiment.experiment_id]) if experiment else []
-            child = next((r for r in runs if "mlflow.parentRunId" in r.data.tags), None)
-            if child is None or len(client.get_metric_history(child.info.run_id, "val_accuracy")) < 2:
-                continue
-            # the trial's own process (Ray sets its title), in this test's Ray instance (ray_local: our descendants;
-            # never another run's trials on this machine)
-            for pid in _processes_titled("ray::ImplicitFunc", _descendants(os.getpid())):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
+    def kill_the_trial_after_round_2(self, iteration, trials, trial, result, **info):
+        on_trial_result(self, iteration, trials, trial, result, **info)  # round 2 logged first, as before
+        if killed or self.last.get(trial.trial_id, {}).get("round", 0) < 2:
+            return
+        # the trial's own process (Ray sets its title), in this test's Ray instance (ray_local: our descendants;
+        # never another run's trials on this machine)
+        for pid in _processes_titled("ray::ImplicitFunc", _descendants(os.getpid())):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
 
-    killer = threading.Thread(target=kill_the_trial_after_round_2, daemon=True)
-    killer.start()
+    monkeypatch.setattr(MlflowSweepCallback, "on_trial_result", kill_the_trial_after_round_2)
     rc = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune")])
     out = capsys.readouterr().out
-    killer.join(timeout=5)
     assert killed and rc == 0, out
     assert "running it again (retry 1)" in out and "1 run again after a failure" in out
     client, runs = mlflow_runs(tracking_uri, "retried")
