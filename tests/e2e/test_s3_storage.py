@@ -30,9 +30,10 @@ CACHED = {"description": "one-round trials with a cached client stage",
           "search": {"searcher": "grid", "num_samples": 1, "metric": "val_accuracy", "seeds": [0],
                      "max_concurrent_trials": 2},
           "resources": {"cpu": 1}}
-# rounds with a checkpoint after each: the trials --resume continues
+# rounds with a checkpoint after each: the trials --resume continues (interrupted at round 2: 4 rounds left, so the
+# Ctrl-C lands while they run)
 ROUNDS = {"description": "checkpointed trials",
-          "base": {**BASE, "rounds": 4},
+          "base": {**BASE, "rounds": 6},
           "parameters": {"clients.lr": {"grid": [0.05, 0.02]}},
           "search": {"searcher": "grid", "num_samples": 1, "metric": "val_accuracy", "seeds": [0],
                      "checkpoint_every": 1, "max_concurrent_trials": 2},
@@ -61,12 +62,18 @@ def _sweep(args, env, cwd, interrupt_at=None):
     return proc.returncode, "".join(seen) + rest
 
 
-def _cached_by_alpha(uri: str, after: float) -> dict:
-    """``client_stage_cached`` (1.0: the trial's client stage came from the cache) of the child runs started after
-    ``after``, by the trial's ``partition.alpha``."""
+def _parent_ids(uri: str) -> set[str]:
+    """The parent runs (one per sweep) of the ``cached`` experiment so far."""
+    return {r.info.run_id for r in mlflow_runs(uri, "cached")[1] if "mlflow.parentRunId" not in r.data.tags}
+
+
+def _cached_by_alpha(uri: str, earlier: set[str]) -> dict:
+    """``client_stage_cached`` (1.0: the trial's client stage came from the cache) of the child runs of the one sweep
+    whose parent run is not in ``earlier``, by the trial's ``partition.alpha``."""
+    (parent,) = _parent_ids(uri) - earlier
     _, runs = mlflow_runs(uri, "cached")
     return {r.data.params["partition.alpha"]: r.data.metrics["client_stage_cached"] for r in runs
-            if "mlflow.parentRunId" in r.data.tags and r.info.start_time >= after * 1000}
+            if r.data.tags.get("mlflow.parentRunId") == parent}
 
 
 def test_sweeps_keep_trials_checkpoints_and_cache_in_the_bucket(cluster, s3_bucket, tmp_path):
@@ -86,10 +93,9 @@ def test_sweeps_keep_trials_checkpoints_and_cache_in_the_bucket(cluster, s3_buck
     cache = StageCache(cache_root)
 
     # 1. each trial (Ray places them on the two 1-CPU nodes) computes its client stage and stores it in the bucket
-    started = time.time()
     code, out = _sweep([str(tmp_path / "cached.yaml"), *common], env, str(tmp_path))
     assert code == 0, out[-4000:]
-    assert _cached_by_alpha(uri, started) == {"0.5": 0.0, "1.0": 0.0}
+    assert _cached_by_alpha(uri, set()) == {"0.5": 0.0, "1.0": 0.0}
     manifests = sorted(p for p in _objects(fs, f"{s3_bucket}/cache/{ONE_ROUND_STAGE}") if p.endswith(".json"))
     assert len(manifests) == 2, _objects(fs, s3_bucket)
     assert cache.count(ONE_ROUND_STAGE, "computed") == 2 and cache.count(ONE_ROUND_STAGE, "hit") == 0
@@ -107,10 +113,10 @@ def test_sweeps_keep_trials_checkpoints_and_cache_in_the_bucket(cluster, s3_buck
     blob = cache.path(Stage(ONE_ROUND_STAGE, "", ()), entries["1.0"])
     whole = cache.store.read(blob)
     cache.store.write(blob, whole[: len(whole) // 2])
-    started = time.time()
+    earlier = _parent_ids(uri)
     code, out = _sweep([str(tmp_path / "cached.yaml"), *common], env, str(tmp_path))
     assert code == 0, out[-4000:]
-    assert _cached_by_alpha(uri, started) == {"0.5": 1.0, "1.0": 0.0}
+    assert _cached_by_alpha(uri, earlier) == {"0.5": 1.0, "1.0": 0.0}
     assert cache.count(ONE_ROUND_STAGE, "hit") == 1 and cache.count(ONE_ROUND_STAGE, "corrupt") == 1
     assert cache.count(ONE_ROUND_STAGE, "computed") == 3
     assert [p for p in _objects(fs, f"{s3_bucket}/cache/{ONE_ROUND_STAGE}") if ".corrupt-" in p]
@@ -118,7 +124,7 @@ def test_sweeps_keep_trials_checkpoints_and_cache_in_the_bucket(cluster, s3_buck
     assert len(cache.store.read(cache.store.join(ONE_ROUND_STAGE, meta["blob"]))) == meta["bytes"]  # whole again
 
     # 3. checkpointed trials interrupted, then resumed from another working directory with the printed hint
-    code, out = _sweep([str(tmp_path / "rounds.yaml"), *common], env, str(tmp_path), interrupt_at=" round 2/4")
+    code, out = _sweep([str(tmp_path / "rounds.yaml"), *common], env, str(tmp_path), interrupt_at=" round 2/6")
     assert code == 130, out[-4000:]
     hint = next(line for line in out.splitlines() if "continue with: " in line).split("continue with: ")[1].split()
     assert hint[3] == "--resume" and hint[5:] == ["--storage-path", tune], hint
@@ -135,7 +141,7 @@ def test_sweeps_keep_trials_checkpoints_and_cache_in_the_bucket(cluster, s3_buck
     for child in children:
         assert child.info.status == "FINISHED" and child.data.tags["status"] == "completed"
         steps = [m.step for m in client.get_metric_history(child.info.run_id, "val_accuracy")]
-        assert steps == list(range(1, 5)), steps
+        assert steps == list(range(1, 7)), steps
     assert not os.path.exists(home / "ray_results") and not os.path.exists(home / "cache")
     # nothing secret in the bucket (Tune's pickled experiment and filesystem included) or in the MLflow store
     secret = cluster["env"]["AWS_SECRET_ACCESS_KEY"].encode()

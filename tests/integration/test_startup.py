@@ -66,8 +66,8 @@ def test_the_pre_started_workers_become_the_actors_after_a_placement_group_takes
     done = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     pids = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(pids["prestarted"]) == 2, pids
-    assert pids["actors"] == pids["prestarted"], pids
+    assert len(pids["prestarted"]) >= 2, pids  # a third idle worker may be up when they are listed
+    assert len(set(pids["actors"])) == 2 and set(pids["actors"]) <= set(pids["prestarted"]), pids
 
 
 def test_actor_processes_do_not_import_scipy():

@@ -103,7 +103,7 @@ def test_interrupted_sweep_resumes_without_duplicate_rounds(tracking_uri, tmp_pa
     from tests.conftest import run_cli
 
     uri, args = _resumable_sweep(tmp_path, "resumable", trials_per_experiment=1)
-    code, out = _sweep_until(args, "[trial 2/3] round 3/4", signal.SIGINT)
+    code, out = _sweep_until(args, "[trial 2/3] round 3/6", signal.SIGINT)
     assert code != 0, out
     # the printed hint alone continues it, from another directory: the sweep's stored invocation supplies the
     # space file, the store and the overrides
@@ -123,7 +123,7 @@ def test_interrupted_sweep_resumes_without_duplicate_rounds(tracking_uri, tmp_pa
     assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
     for child in (r for r in runs if "mlflow.parentRunId" in r.data.tags):
         steps = [m.step for m in client.get_metric_history(child.info.run_id, "test_accuracy")]
-        assert steps == list(range(1, 5)), steps
+        assert steps == list(range(1, 7)), steps
         assert child.data.tags["status"] == "completed"
 
 
@@ -185,10 +185,10 @@ def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tracking_ur
 
     uri, args = _resumable_sweep(tmp_path, "killed")
     ray_processes: list[int] = []
-    _sweep_until(args, "[trial 2/3] round 3/4", signal.SIGKILL, ray_processes)  # its open runs stay RUNNING
+    _sweep_until(args, "[trial 2/3] round 3/6", signal.SIGKILL, ray_processes)  # its open runs stay RUNNING
     # the driver's local Ray cluster goes with it (Ray's own agents would linger 60 s: platform/_reaper.py)
     assert len(ray_processes) > 3
-    deadline = time.time() + 20
+    deadline = time.time() + 40  # well past the reaper's work, short of the 60 s they would linger without it
     while [pid for pid in ray_processes if process_running(pid)] and time.time() < deadline:
         time.sleep(0.5)
     assert not [pid for pid in ray_processes if process_running(pid)], process_cmdlines(ray_processes)
@@ -210,23 +210,22 @@ def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tracking_ur
     assert len(finished) == 3, [(c.info.run_name, c.data.tags["status"]) for c in children]
     for child in finished:
         steps = [m.step for m in client.get_metric_history(child.info.run_id, "test_accuracy")]
-        assert steps == list(range(1, 5)), steps
+        assert steps == list(range(1, 7)), steps
     assert all(c.info.status == "KILLED" and c.data.tags["status"] == "interrupted"
                for c in children if c not in finished)  # a trial Tune had not saved: its run closed, not left
 
 
 def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_local, tracking_uri, tmp_path,
-                                                                           capsys):
+                                                                           capsys, monkeypatch):
     """kill -9 of a trial's own process mid-trial (a node or worker lost): Tune runs it again from its last
     checkpoint (search.max_failures, default 1); its one MLflow run continues, each round logged once."""
-    import threading
-
-    from mlflow.tracking import MlflowClient
-
     from platform.cli import _descendants
     from platform.sweep.command import main
+    from platform.sweep.callback import MlflowSweepCallback
 
-    rounds = 40  # many short rounds: the kill after round 2 lands while the trial still runs (batched rounds are fast)
+    # The kill happens in the driver (main runs in this process) as Tune hands it round 2: the trial, blocked in
+    # tune.report until the driver asks for its next result, is then at most a round ahead, far from its last round.
+    rounds = 40
     space = {**FAST_SPACE, "parameters": {"clients.lr": {"grid": [0.05]}},
              "base": {**FAST_SPACE["base"], "rounds": rounds},
              "search": {"searcher": "grid", "num_samples": 1, "seeds": [0], "metric": "val_accuracy", "mode": "max",
@@ -234,27 +233,21 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
     path = tmp_path / "retried.yaml"
     path.write_text(yaml.safe_dump(space))
     killed = []
+    on_trial_result = MlflowSweepCallback.on_trial_result
 
-    def kill_the_trial_after_round_2():
-        client, deadline = MlflowClient(tracking_uri), time.time() + 240
-        while time.time() < deadline and not killed:
-            time.sleep(0.5)
-            experiment = client.get_experiment_by_name("retried")
-            runs = client.search_runs([experiment.experiment_id]) if experiment else []
-            child = next((r for r in runs if "mlflow.parentRunId" in r.data.tags), None)
-            if child is None or len(client.get_metric_history(child.info.run_id, "val_accuracy")) < 2:
-                continue
-            # the trial's own process (Ray sets its title), in this test's Ray instance (ray_local: our descendants;
-            # never another run's trials on this machine)
-            for pid in _processes_titled("ray::ImplicitFunc", _descendants(os.getpid())):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
+    def kill_the_trial_after_round_2(self, iteration, trials, trial, result, **info):
+        on_trial_result(self, iteration, trials, trial, result, **info)  # round 2 logged first, as before
+        if killed or self.last.get(trial.trial_id, {}).get("round", 0) < 2:
+            return
+        # the trial's own process (Ray sets its title), in this test's Ray instance (ray_local: our descendants;
+        # never another run's trials on this machine)
+        for pid in _processes_titled("ray::ImplicitFunc", _descendants(os.getpid())):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
 
-    killer = threading.Thread(target=kill_the_trial_after_round_2, daemon=True)
-    killer.start()
+    monkeypatch.setattr(MlflowSweepCallback, "on_trial_result", kill_the_trial_after_round_2)
     rc = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune")])
     out = capsys.readouterr().out
-    killer.join(timeout=5)
     assert killed and rc == 0, out
     assert "running it again (retry 1)" in out and "1 run again after a failure" in out
     client, runs = mlflow_runs(tracking_uri, "retried")
@@ -265,11 +258,11 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
 
 
 def _resumable_sweep(tmp_path, name: str, **search) -> tuple[str, list[str]]:
-    """A 3-trial, 4-round sweep, one trial at a time, checkpointed every 2 rounds, in space ``name`` (``search``:
+    """A 3-trial, 6-round sweep, one trial at a time, checkpointed every 2 rounds, in space ``name`` (``search``:
     more search settings): (tracking URI, the ``platform.sweep.command`` arguments that run it). The store is the test's
     ``tracking_uri`` (tmp_path/mlflow.db)."""
     space = dict(FAST_SPACE)
-    space["base"] = {**FAST_SPACE["base"], "rounds": 4}
+    space["base"] = {**FAST_SPACE["base"], "rounds": 6}  # signalled at round 3: 3 rounds left, the trial still runs
     space["search"] = {**FAST_SPACE["search"], "seeds": [0], "checkpoint_every": 2, "max_concurrent_trials": 1,
                        **search}
     path = tmp_path / f"{name}.yaml"

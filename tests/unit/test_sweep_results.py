@@ -56,16 +56,17 @@ def _log(client, run_id, metrics: dict, step: int = 0, params: dict | None = Non
 
 def build_sweep(uri: str, name: str = "toy", trials=TRIALS, seeds=(0, 1), scenarios: dict | None = None,
                 per_seed: bool = True, status: str = "completed", value_seed: int = 0,
-                search: dict | None = None) -> tuple[str, dict]:
+                search: dict | None = None, start_time: int | None = None) -> tuple[str, dict]:
     """A sweep's parent run and one child per trial (per cell with ``scenarios`` {key: [values]}), as the contract
-    describes; returns (parent run id, {child run id: {metric: {seed: final value}}})."""
+    describes (the parent started at ``start_time`` ms, else now); returns (parent run id, {child run id: {metric:
+    {seed: final value}}})."""
     from platform.results.tracking import artifact_location
 
     client = _client(uri)
     experiment = client.get_experiment_by_name(name)
     experiment_id = experiment.experiment_id if experiment else client.create_experiment(
         name, artifact_location=artifact_location(uri, name))
-    parent = client.create_run(experiment_id, run_name=f"sweep-{value_seed}", tags={
+    parent = client.create_run(experiment_id, start_time=start_time, run_name=f"sweep-{value_seed}", tags={
         "fedsweep.search_space": name, "status": "running",
         "fedsweep.description": "Does FedProx's proximal term help on skewed digits? Details follow here."})
     parent_id = parent.info.run_id
@@ -235,8 +236,9 @@ def test_a_store_without_per_seed_metrics_gives_one_row_per_trial(tracking_uri):
 def test_a_name_selects_the_newest_sweep(tracking_uri):
     from platform.results.sweep_results import load_sweep
 
-    build_sweep(tracking_uri, value_seed=1)
-    newest, _ = build_sweep(tracking_uri, value_seed=2)
+    now = int(time.time() * 1000)  # distinct start times: "newest" never rests on the clock's millisecond
+    build_sweep(tracking_uri, value_seed=1, start_time=now - 60_000)
+    newest, _ = build_sweep(tracking_uri, value_seed=2, start_time=now - 30_000)
     assert load_sweep(tracking_uri, "toy").parent_run_id == newest
 
 
