@@ -259,7 +259,7 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
 
 def _resumable_sweep(tmp_path, name: str, **search) -> tuple[str, list[str]]:
     """A 3-trial, 6-round sweep, one trial at a time, checkpointed every 2 rounds, in space ``name`` (``search``:
-    more search settings): (tracking URI, the ``platform.sweep.command`` arguments that run it). The store is the test's
+    more search settings): (tracking URI, the ``platform.sweep`` arguments that run it). The store is the test's
     ``tracking_uri`` (tmp_path/mlflow.db)."""
     space = dict(FAST_SPACE)
     space["base"] = {**FAST_SPACE["base"], "rounds": 6}  # signalled at round 3: 3 rounds left, the trial still runs
