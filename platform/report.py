@@ -12,6 +12,8 @@ import sys
 from platform.cli import main_wrapper
 from platform.results.report import (ARTIFACT_REPORT, default_out_dir, find_reference, log_report, resolve_objective,
                                      write_report)
+from platform.results.sweep_results import load_sweep
+from platform.results.tracking import resolve_tracking_uri
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,8 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
 @main_wrapper
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from platform.results.sweep_results import load_sweep
-    from platform.results.tracking import resolve_tracking_uri
 
     uri = resolve_tracking_uri(args.tracking_uri)
     results = load_sweep(uri, args.sweep, "sweep")

@@ -56,6 +56,7 @@ from platform.config.public_data import (SOURCE_IMAGES, PatchPoolConfig, PublicD
                                          is_image_name, pool_size)
 from platform.data.datasets import DATASETS, NOISE_IMAGE_SHAPE, Normalization, load_source_image
 from platform.errors import ConfigError
+from platform.stages.cache import Stage, code_version
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -210,7 +211,6 @@ class PatchPoolPlan:
 
     def stage(self) -> "Stage":
         import algorithms.common.patch_pool
-        from platform.stages.cache import Stage, code_version
 
         return Stage(STAGE_NAME, code_version(algorithms.common.patch_pool, sys.modules[__name__]),
                      tuple(sorted(self.stage_fields())))

@@ -19,10 +19,13 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
+from platform.cli import results_home
 from platform.config.run_schema import is_number
 from platform.errors import UserError
-from platform.results.sweep_artifacts import TEST_METRIC
-from platform.results.sweep_results import Objective, SweepResults, SweptParameter, same_value, value_text
+from platform.results.sweep_artifacts import (TEST_METRIC, learning_curves_png, sensitivity_plots, table_metrics,
+                                              trial_frame, trials_table, warn, write_table_files)
+from platform.results.sweep_results import (Objective, SweepResults, SweptParameter, mlflow_client, same_value,
+                                            value_text)
 
 ARTIFACT_REPORT = "report"  # on the parent run: report/report.md, report/report.html and the PNGs
 INACTIVE = "—"  # an arm where a conditional parameter is not active, a missing figure
@@ -38,8 +41,6 @@ def resolve_objective(results: SweepResults, metric: Optional[str]) -> Objective
         return results.objective
     logged = {name for t in results.trials for name in t.metrics}
     if results.trials and metric not in logged:
-        from platform.results.sweep_artifacts import table_metrics
-
         raise UserError(f"--metric: no trial of sweep {results.parent_run_id} logged {metric!r}; logged: "
                         f"{', '.join(table_metrics(results)) or 'none'}")
     for objective in results.objectives:
@@ -75,8 +76,6 @@ def find_reference(space: str):
 
 
 def default_out_dir(results: SweepResults, others: Sequence[SweepResults]) -> str:
-    from platform.cli import results_home
-
     name = f"{results.space}-{results.short_id}" + "".join(f"-vs-{o.short_id}" for o in others)
     return os.path.join(results_home(), "reports", name)
 
@@ -370,8 +369,6 @@ def best_and_worst(results: SweepResults, frame, objective: Objective) -> list[t
 
 
 def plot_blocks(results: SweepResults, table, frame, objective: Objective, out: str) -> tuple[list[Block], list[str]]:
-    from platform.results.sweep_artifacts import learning_curves_png, sensitivity_plots, warn
-
     blocks: list[Block] = []
     written: list[str] = []
     chosen = best_and_worst(results, frame, objective)
@@ -440,8 +437,6 @@ def reference_blocks(results: SweepResults, frame, objective: Objective, referen
 
 def comparison_blocks(sweeps: Sequence[SweepResults], objective: Objective) -> list[Block]:
     """The arms every sweep has, one column group per sweep, then one row per sweep for its overall best."""
-    from platform.results.sweep_artifacts import trial_frame, trials_table
-
     letters = [chr(ord("A") + i) if i < 26 else str(i + 1) for i in range(len(sweeps))]
     labels = [f"{letter}: {s.space}@{s.short_id}" for letter, s in zip(letters, sweeps)]
     frames = [trial_frame(trials_table(s, [objective.metric])) for s in sweeps]
@@ -501,8 +496,6 @@ def arms_overall(frame, objective: Objective) -> Optional[dict]:
 def write_report(results: SweepResults, objective: Objective, out: str, others: Sequence[SweepResults] = (),
                  reference=None) -> list[str]:
     """Write ``report.md``, ``report.html`` and their PNGs into ``out``; the paths written."""
-    from platform.results.sweep_artifacts import trial_frame, trials_table, write_table_files
-
     os.makedirs(out, exist_ok=True)
     extra = [objective.metric, *(v.metric for v in (reference.values if reference else ()))]
     table = trials_table(results, extra)
@@ -524,8 +517,6 @@ def write_report(results: SweepResults, objective: Objective, out: str, others: 
 
 def log_report(results: SweepResults, out: str, paths: Sequence[str]) -> list[str]:
     """Log the report's files to the parent run under ``report/`` (subdirectories kept); the artifact paths."""
-    from platform.results.sweep_results import mlflow_client
-
     client = mlflow_client(results.tracking_uri)
     logged = []
     for path in paths:

@@ -13,9 +13,10 @@ import subprocess
 import sys
 from typing import Any, Optional
 
-from platform.cli import results_home, sqlite_path
+from platform.cli import check_writable_dir, results_home, sqlite_path
 from platform.config.run_schema import (ARTIFACT_ARRAYS, MAX_ARRAY_ELEMENTS, RESULT_ARRAYS, RESULT_DETAILS, STATUS_INTERRUPTED,
                                  TAG_PARENT_RUN, TAG_STATUS, children_filter, round_metrics as _round_metrics)
+from platform.errors import UserError
 
 DEFAULT_STORE_FILE = "mlflow.db"
 
@@ -34,9 +35,6 @@ def check_tracking_uri(uri: str, flag: str = "--tracking-uri") -> None:
     """Refuse, before anything is written, a tracking URI the sweep could not write to: a SQLite store in a
     directory that cannot be written, a scheme MLflow has no store for, a server that does not answer. One line
     naming ``flag``."""
-    from platform.cli import check_writable_dir
-    from platform.errors import UserError
-
     path = sqlite_path(uri)
     if path:
         if os.path.isdir(path):

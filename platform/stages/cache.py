@@ -51,6 +51,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from platform.cli import results_home
+from platform.stages.storage import filesystem, is_uri, normalise, write_bytes
+
 CACHE_FORMAT = 3  # bump when the layout changes (2: a checksum per entry; 3: content-named value, manifest last)
 
 
@@ -120,8 +123,6 @@ class _LocalStore:
             return fh.read()
 
     def write(self, path: str, data: bytes) -> None:
-        from platform.stages.storage import write_bytes
-
         write_bytes(path, data)  # a temporary file renamed into place: whole or not at all
 
     def exists(self, path: str) -> bool:
@@ -162,8 +163,6 @@ class _ObjectStore:
     remote = True
 
     def __init__(self, uri: str):
-        from platform.stages.storage import filesystem, normalise
-
         self.root = normalise(uri)
         self.fs, self.base = filesystem(self.root)
 
@@ -214,8 +213,6 @@ class StageCache:
     last) naming ``<root>/<stage>/<key>.<sha256[:16]>.pt`` (the value); see the module doc for why that is safe."""
 
     def __init__(self, root: str, enabled: bool = True):
-        from platform.stages.storage import is_uri
-
         self.store = _ObjectStore(root) if is_uri(root) else _LocalStore(root)
         self.root = self.store.root
         self.enabled = enabled
@@ -305,14 +302,10 @@ class StageCache:
         the root on local disk; under the results home when the cache is on an object store."""
         if not self.remote:
             return os.path.join(self.root, *parts)
-        from platform.cli import results_home
-
         return os.path.join(results_home(), "cache-scratch", *parts)
 
 
 def default_cache_root() -> str:
-    from platform.cli import results_home
-
     return os.environ.get("FEDSWEEP_CACHE") or os.path.join(results_home(), "cache")
 
 

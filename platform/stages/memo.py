@@ -13,6 +13,7 @@ import re
 from typing import Any, Callable, Optional
 
 from algorithms.base import compute_now
+from platform.stages.cache import Stage, code_version
 
 _DATA_SECTIONS = ("dataset.", "partition.", "public.", "model.", "pretrain.")
 
@@ -35,7 +36,6 @@ class Memos:
         self.cache = cache
         if cache is None:
             return
-        from platform.stages.cache import code_version
 
         self.version = code_version(*[cls for cls in algorithm_cls.__mro__
                                       if cls.__module__.startswith("algorithms.") or cls is algorithm_cls])
@@ -47,7 +47,6 @@ class Memos:
         without a cache."""
         if self.cache is None:
             return compute_now
-        from platform.stages.cache import Stage
 
         upstream = {**self.upstream, "context": "server" if client_id is None else f"client {int(client_id)}"}
 

@@ -21,6 +21,7 @@ import urllib.parse
 from typing import Optional
 
 from platform.errors import UserError
+from platform.cli import check_writable_dir
 
 SCHEMES = ("s3", "gs")
 
@@ -197,8 +198,6 @@ def check_storage(path: str, flag: str) -> None:
     or no write permission (a probe object is written and deleted). One line naming ``flag``; a local path is checked
     by :func:`platform.cli.check_writable_dir`."""
     if not is_uri(path):
-        from platform.cli import check_writable_dir
-
         check_writable_dir(path, flag)
         return
     parsed = urllib.parse.urlparse(path)

@@ -18,7 +18,9 @@ import sys
 import warnings
 from typing import Any, Optional
 
-from platform.cli import sqlite_path
+from platform.cli import results_home, sqlite_path
+from platform.errors import UserError
+from platform.results.tracking import sqlite_store_lock
 
 STUDY_FILE = "optuna.db"
 ENV_STORAGE = "FEDSWEEP_OPTUNA_STORAGE"
@@ -32,16 +34,12 @@ def storage_url(tracking_uri: str, cli_url: Optional[str] = None) -> str:
     if sqlite_path(tracking_uri):
         directory = os.path.dirname(sqlite_path(tracking_uri))
     else:
-        from platform.cli import results_home
-
         directory = results_home()
     return f"sqlite:///{os.path.join(directory, STUDY_FILE)}"
 
 
 def check_storage(url: str) -> None:
     """Fail early, with one line naming the option, when the storage URL cannot be opened."""
-    from platform.errors import UserError
-
     if "://" not in url:
         raise UserError(f"--optuna-storage: {url!r} is not an RDB URL (e.g. sqlite:///optuna.db, "
                         f"postgresql://user@host/db)")
@@ -84,8 +82,6 @@ class StudyRecorder:
     def study(self):
         if self._study is None:
             import optuna
-
-            from platform.results.tracking import sqlite_store_lock
 
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             with sqlite_store_lock(self.url):  # a new storage's schema, one process at a time
