@@ -5,6 +5,7 @@ summary row of every cell that finished) and one Tune experiment per cell, cell-
 one after another, each with its own searcher (sampler seeded from search.sampler_seed and the cell index),
 scheduler and callback. --resume skips the cells that finished, restores the one that was interrupted (or that
 finished with failed trials: those run again) and starts the rest.
+
 The summary is one line per cell and the table ``scenarios/best_per_cell.csv`` / ``.json`` on the parent run.
 """
 from __future__ import annotations
