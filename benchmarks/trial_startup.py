@@ -89,7 +89,7 @@ def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str,
     from platform.runtime.federation import share_dataset
     from platform.runtime.placement import trial_bundles
     from platform.config.run_schema import round_metrics
-    from platform.sweep.command import _make_scheduler, _make_searcher
+    from platform.sweep.study import _make_scheduler, _make_searcher
     from platform.config.search_space import grid_points
 
     base_config = space.trial_config({})

@@ -1,11 +1,19 @@
-"""The Pareto front of a multi-objective sweep: which finished trials no other trial beats on every objective.
+"""The Pareto front of a multi-objective sweep: which finished trials no other trial beats on every objective, and
+its report (printed, and logged to the parent run as a table and a plot).
 
-Pure functions (no Ray, no MLflow), used by ``platform.sweep.command`` to report a multi-objective search.
+No Ray or MLflow import: the report logs through the tracker it is handed. Used by :mod:`platform.sweep.study`
+(a sweep's front) and :mod:`platform.sweep.cells` (a front per scenario cell).
 """
 from __future__ import annotations
 
+import json
 import math
+import os
+import sys
 from typing import Optional, Sequence
+
+from platform.config.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTIFACT_PARETO_PNG, METRIC_BEST,
+                                        METRIC_PARETO_SIZE)
 
 
 def objective_value(row: dict, metric: str) -> Optional[float]:
@@ -49,3 +57,130 @@ def pareto_front(rows: list[dict], objectives: list[tuple[str, str]]) -> list[di
         if all(v is not None for v in values):
             points.append((row, values))  # type: ignore[arg-type]
     return [row for row, values in points if not any(dominates(other, values, modes) for _, other in points)]
+
+
+def _json_value(value):
+    """JSON has no inf/NaN: write them as strings ("inf", "-inf", "nan")."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def _front_rows(grid, space, callback) -> list[dict]:
+    """One row per finished trial (no error): its last reported objectives (and their std over seeds), the round,
+    its MLflow child run and its sampled parameters. A trial missing an objective still gets a row (it is left off
+    the front)."""
+    rows = []
+    for result in grid:
+        if result.error is not None or not result.metrics:
+            continue
+        trial_id = result.metrics.get("trial_id")
+        number = callback.numbers.get(trial_id) if callback is not None else None
+        row = {"trial": f"trial-{number:03d}" if number else str(trial_id), "run_id": (callback.runs.get(trial_id)
+               if callback is not None else None), "round": result.metrics.get("round")}
+        if callback is not None and callback.names.get(trial_id):
+            row["name"] = callback.names[trial_id]
+        for metric in space.search.metrics:
+            row[metric] = result.metrics.get(metric)
+            if result.metrics.get(f"{metric}_std") is not None:
+                row[f"{metric}_std"] = result.metrics[f"{metric}_std"]
+        row["params"] = dict((result.config or {}).get("params", result.config or {}))
+        rows.append(row)
+    return rows
+
+
+def _front_csv(front: list[dict]) -> str:
+    import csv  # deferred: start-up time
+    import io
+
+    params = list(dict.fromkeys(k for row in front for k in row["params"]))
+    values = list(dict.fromkeys(k for row in front for k in row
+                                if k not in ("trial", "name", "run_id", "round", "params")))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["trial", "name", "run_id", "round", *values, *params])
+    for row in front:
+        writer.writerow([row["trial"], row.get("name", ""), row["run_id"] or "", row["round"],
+                         *(row.get(k, "") for k in values),
+                         *(row["params"].get(k, "") for k in params)])
+    return out.getvalue()
+
+
+def _front_plot(rows: list[dict], front: list[dict], objectives: list[tuple[str, str]], path: str, title: str) -> None:
+    """The first two objectives of every finished trial (grey) with the front highlighted (red, joined)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    (x_name, x_mode), (y_name, y_mode) = objectives[:2]
+
+    def points(which):
+        pts = [(objective_value(r, x_name), objective_value(r, y_name)) for r in which]
+        return [(x, y) for x, y in pts if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)]
+
+    fig = Figure(figsize=(6.4, 4.8), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    every = points(rows)
+    on_front = sorted(points(front))
+    if every:
+        ax.scatter(*zip(*every), c="0.6", s=30, label=f"finished trials ({len(every)})", zorder=2)
+    if on_front:
+        ax.plot(*zip(*on_front), "-", c="tab:red", alpha=0.5, zorder=3)
+        ax.scatter(*zip(*on_front), c="tab:red", s=60, edgecolors="black", label=f"Pareto front ({len(front)})",
+                   zorder=4)
+    ax.set_xlabel(f"{x_name} ({'higher' if x_mode == 'max' else 'lower'} is better)")
+    ax.set_ylabel(f"{y_name} ({'higher' if y_mode == 'max' else 'lower'} is better)")
+    if len(objectives) > 2:
+        title += f" (first 2 of {len(objectives)} objectives)"
+    hidden = len(front) - len(on_front)
+    if hidden:  # e.g. ε = inf (non-private): on the front, but no point to draw
+        title += f"\n{hidden} front point(s) not drawn: an infinite value (see pareto_front.csv)"
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def _report_pareto(grid, space, tracker, parent_run_id, callback, answer) -> str:
+    """Multi-objective: print the Pareto front of the finished trials (last reported values) and log it to the
+    parent run as ``pareto_front.json``, ``pareto_front.csv``, ``pareto_front.png`` and metric ``pareto_size``."""
+    import tempfile
+
+    objectives = space.search.objectives
+    rows = _front_rows(grid, space, callback)
+    failed = sum(1 for r in grid if r.error is not None)
+    complete = [r for r in rows if all(objective_value(r, m) is not None for m, _ in objectives)]
+    if not complete:
+        print(f"no trial finished with {', '.join(space.search.metrics)} ({failed} failed); see the child runs in "
+              f"MLflow", file=sys.stderr)
+        return "FAILED"
+    front = pareto_front(complete, objectives)
+    answer.front = front
+    best = {f"{METRIC_BEST}{m}": (max if d == "max" else min)(objective_value(r, m) for r in complete)
+            for m, d in objectives}
+    tracker.log_metrics(parent_run_id, {METRIC_PARETO_SIZE: len(front), **best, "trials_completed": len(complete),
+                                        "trials_failed": failed})
+    tracker.log_text(parent_run_id, json.dumps(_json_value(front), indent=2), ARTIFACT_PARETO_JSON)
+    tracker.log_text(parent_run_id, _front_csv(front), ARTIFACT_PARETO_CSV)
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, ARTIFACT_PARETO_PNG)
+            _front_plot(complete, front, objectives, path, f"{space.name}: Pareto front")
+            tracker.client.log_artifact(parent_run_id, path)
+    except Exception as err:  # noqa: BLE001 - the table is the result; a plot failure must not fail the sweep
+        print(f"warning: could not plot the Pareto front: {err}", file=sys.stderr)
+    names = ", ".join(f"{m} ({d})" for m, d in objectives)
+    print(f"\nPareto front of {len(complete)} trial(s) ({failed} failed): {len(front)} non-dominated on {names}")
+    for row in front:
+        values = "  ".join(f"{m} {row[m]:.4f}" for m, _ in objectives)
+        params = ", ".join(f"{k}={v}" for k, v in row["params"].items()) or "(the base config)"
+        print(f"  {values}  | {params}")
+    print(f"front table: {ARTIFACT_PARETO_JSON}, {ARTIFACT_PARETO_CSV} and {ARTIFACT_PARETO_PNG} on the parent run "
+          f"{parent_run_id}")
+    print(f"tune storage: {grid.experiment_path}")
+    return "FINISHED"

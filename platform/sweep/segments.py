@@ -109,7 +109,7 @@ class StudyResults(list):
 
 
 def distributions(parameters: dict) -> dict:
-    """The Optuna distribution of each sampled parameter, as ``platform.sweep.command.DefineByRun`` suggests it."""
+    """The Optuna distribution of each sampled parameter, as ``platform.sweep.study.DefineByRun`` suggests it."""
     import optuna
 
     made = {}

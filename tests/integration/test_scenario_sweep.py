@@ -110,7 +110,7 @@ def test_each_cell_is_a_study_of_its_own(ray_local, one_torch_thread, tracking_u
     assert main([*args, "--resume"]) == 2
     assert "--resume: no unfinished sweep of 'scen'" in capsys.readouterr().err
     # ... but one interrupted after its cells finished skips every cell: the same bests, no new trial
-    from platform.sweep.command import STATE_FILE
+    from platform.sweep.state import STATE_FILE
 
     (sweep_dir,) = (tmp_path / "tune").iterdir()
     state = json.loads((sweep_dir / STATE_FILE).read_text())

@@ -46,7 +46,7 @@ def test_search_space_ranges_must_be_finite():
 
 
 def test_a_diverged_trial_is_never_the_best():
-    from platform.sweep.command import _ranked_results
+    from platform.sweep.study import _ranked_results
 
     def result(value, error=None):
         return SimpleNamespace(error=error, metrics={"val_loss": value})

@@ -60,7 +60,7 @@ def test_cell_space_builds_the_cells_config_with_its_own_sampler_seed(tmp_path):
 
 
 def test_expected_trials_count_every_cell(tmp_path):
-    from platform.sweep.command import _expected_trials
+    from platform.sweep.study import _expected_trials
 
     tpe = load_search_space(write(tmp_path, {"partition.alpha": [10, 1, 0.1]}))
     assert _expected_trials(tpe) == 9
@@ -70,7 +70,7 @@ def test_expected_trials_count_every_cell(tmp_path):
 
 
 def test_when_on_a_scenario_key_keeps_the_parameter_only_where_it_holds(tmp_path):
-    from platform.sweep.command import _expected_trials
+    from platform.sweep.study import _expected_trials
 
     path = write(tmp_path, {"algorithm.name": ["fedavg", "fedprox"]},
                  {"algorithm.mu": {"loguniform": [0.001, 1.0], "when": {"algorithm.name": "fedprox"}}},
@@ -179,7 +179,7 @@ def test_the_cli_refuses_a_bad_scenario_in_one_line_before_writing_anything(tmp_
 
 
 def test_resume_refuses_a_run_with_other_cells(tmp_path):
-    from platform.sweep.command import STATE_FILE, _check_resumable
+    from platform.sweep.state import STATE_FILE, _check_resumable
 
     space = load_search_space(write(tmp_path, {"partition.alpha": [10, 1]}))
     run = tmp_path / "tune" / "scen-20260101-000000"
@@ -196,7 +196,7 @@ def test_resume_refuses_a_run_with_other_cells(tmp_path):
 
 
 def test_best_per_cell_table_has_one_row_per_cell(tmp_path):
-    from platform.sweep.command import _cells_csv
+    from platform.sweep.cells import _cells_csv
 
     space = load_search_space(write(tmp_path, {"partition.alpha": [10, 0.1]}, search={"metric": "val_accuracy"}))
     rows = [{"cell": 1, "scenario": "partition.alpha=10", "values": {"partition.alpha": 10}, "sampler_seed": 5,

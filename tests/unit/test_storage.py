@@ -105,7 +105,7 @@ def test_the_filesystem_tune_pickles_carries_no_credentials(s3_bucket, monkeypat
 
 def test_resume_finds_the_newest_unfinished_sweep_in_a_bucket(s3_bucket):
     """``--resume <space>`` lists the sweeps under an s3:// storage and reads their state files through pyarrow."""
-    from platform.sweep.command import STATE_FILE, _latest_unfinished, _read_state
+    from platform.sweep.state import STATE_FILE, _latest_unfinished, _read_state
 
     tune = f"s3://{s3_bucket}/tune"
     for sweep, status in (("smoke-20261126-010000-aaaaaa", "interrupted"), ("smoke-20261126-020000-bbbbbb", "running"),

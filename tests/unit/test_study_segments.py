@@ -82,7 +82,7 @@ def test_the_next_segments_study_starts_with_every_finished_trial(tmp_path):
 
 def test_a_segments_searcher_continues_the_history(tmp_path):
     """Tune's Optuna searcher built for a later segment sees the earlier trials (TPE leaves its random start-up)."""
-    from platform.sweep.command import _make_searcher
+    from platform.sweep.study import _make_searcher
 
     space = _space(tmp_path)
     outcomes = [seg.TrialOutcome({"val_accuracy": 0.1 * i, "round": 1},
