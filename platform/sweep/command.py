@@ -23,7 +23,7 @@ from typing import Optional
 
 from platform.sweep import _tune_fixes
 from platform.cli import (add_ray_arguments, connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries,
-                          start_ray_early)
+                          results_home, start_ray_early)
 from platform.errors import UserError
 from platform.config.run_schema import (PARAM_BASE, PARAM_SCENARIO, PARAM_SEARCH, PARAM_SPACE, STATUS_COMPLETED,
                                         STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND,
@@ -162,18 +162,17 @@ def main(argv=None) -> int:
         raise UserError(f"--num-samples: must be >= 1, got {args.num_samples}")
     from platform.config.experiment import parse_override
     from platform.config.search_space import load_search_space
+    from platform.preflight import check_experiment
 
     overrides = dict(parse_override(o) for o in args.overrides)
     args.invocation = _invocation(args)
     # Everything is validated before anything is written: MLflow, Tune storage, Ray.
-    space = load_search_space(args.name, overrides, args.num_samples)
+    space = load_search_space(args.name, overrides, args.num_samples, check=check_experiment)
     base_config = space.trial_config({})
     space = _pin_public_image(space, base_config)
-    from platform.results.tracking import resolve_tracking_uri, results_home
-
+    from platform.results.tracking import check_tracking_uri, resolve_tracking_uri
     from platform.stages.cache import default_cache_root
     from platform.stages.storage import check_storage, normalise
-    from platform.results.tracking import check_tracking_uri
 
     # a path, s3://bucket/prefix or gs://bucket/prefix; a URI is checked for credentials, endpoint, bucket and write
     # access (a probe object written and deleted), one line naming the option or variable it came from
@@ -222,7 +221,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     try:
         mode = connect_ray(args.address, args.ray_dashboard)
         _stop_on_sigterm()  # after Ray's start, which installs a SIGTERM handler that aborts the process
-        _tune_fixes.apply()  # a trial handed a dead reused actor is run again (platform/_tune_fixes.py)
+        _tune_fixes.apply()  # a trial handed a dead reused actor is run again (platform/sweep/_tune_fixes.py)
         objectives = ", ".join(f"{m} ({d})" for m, d in space.search.objectives)
         selecting = f"Pareto front of {objectives}" if space.search.multi_objective else f"selecting on {objectives}"
         rounds = "rounds per cell" if "rounds" in space.scenarios else f"{base_config.rounds} rounds"

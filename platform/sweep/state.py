@@ -9,6 +9,7 @@ import os
 import time
 from typing import Optional
 
+from platform.cli import results_home
 from platform.errors import UserError
 from platform.config.run_schema import (STATUS_COMPLETED, STATUS_INTERRUPTED, STATUS_RUNNING, TAG_DRIVER,
                                         TAG_PARENT_RUN, TAG_SEARCH_SPACE, TAG_STATUS)
@@ -57,7 +58,6 @@ def _default_storage() -> str:
     """Tune's storage when --storage-path is not given: ``$FEDSWEEP_STORAGE`` (the clusters set a bucket), else
     ``<results home>/ray_results``."""
     from platform.stages.storage import normalise
-    from platform.results.tracking import results_home
 
     return normalise(os.environ.get("FEDSWEEP_STORAGE") or os.path.join(results_home(), "ray_results"))
 

@@ -44,7 +44,7 @@ class DefineByRun:
 def _make_searcher(space, segment_index: int = 0, history=()):
     """Optuna TPE or random sampling (both sample for several objectives when ``search.metric`` is a list: Optuna
     then runs a multi-objective study); None for the grid searcher, whose Pareto front comes from the results.
-    A later segment of a long study (platform/study_segments.py) gets its own sampler seed, and its study starts
+    A later segment of a long study (platform/sweep/segments.py) gets its own sampler seed, and its study starts
     with the finished trials of the earlier segments (``history``)."""
     import optuna
     from ray.tune.search.optuna import OptunaSearch
@@ -149,7 +149,7 @@ _REPORTED = REPORTED_TEST_METRICS  # the test figures reported beside the select
 
 def _fit_study(trainable, space, base_config, parent_dir: str, name: str, callback, log):
     """Run one study (the sweep's, or one scenario cell's) in ``parent_dir``/``name`` as consecutive Tune
-    experiments of at most ``search.trials_per_experiment`` trials (platform/study_segments.py). On --resume the
+    experiments of at most ``search.trials_per_experiment`` trials (platform/sweep/segments.py). On --resume the
     segments that ended cleanly are skipped and the others restored (their unfinished and failed trials run again).
     Returns (every ended trial's outcome, the callback), or (None, the callback) when the sweep was interrupted."""
     from ray import tune
