@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 def resolve_config(target: str, overrides: list[str]):
     """(config, experiment name) for an experiment YAML, a search-space YAML (its base config) or a search-space
     name. A file is a search space when it has a ``base`` section."""
+    # deferred: start-up time (the command starts Ray first; config and pre-flight import torch)
     from platform.config.experiment import apply_overrides, build_experiment, load_yaml, parse_override
     from platform.config.search_space import find_search_space
     from platform.preflight import check_experiment

@@ -131,7 +131,7 @@ class ModelConfig:
                                          "whole blocks).", choices=("random", "blocks"))
 
     def validate(self, path: str) -> None:
-        from platform.config.models import MODELS
+        from platform.config.models import MODELS  # deferred: start-up time (the model zoo imports torch)
 
         if self.name not in MODELS:
             raise ConfigError(f"{path}.name", f"unknown model {self.name!r}; allowed: {', '.join(MODELS)}")

@@ -204,7 +204,7 @@ def log_partition(tracker: "Tracker", run_id: str, config, labels, num_classes: 
     """Log the client × class count matrix (text) and its heat-map (PNG) as artifacts; return the text."""
     import tempfile
 
-    from platform.data.partition import class_counts, partition_clients
+    from platform.data.partition import class_counts, partition_clients  # deferred: start-up time (plots, data)
     from platform.data.summary import partition_heatmap, partition_summary
 
     parts = partition_clients(labels, config.partition, config.clients.num_clients, config.stream_seed("partition"),
