@@ -9,7 +9,7 @@ import ray
 import torch
 
 from platform.stages.cache import StageCache
-from platform.config.experiment import build_experiment
+from platform.preflight import load_experiment
 from platform.errors import ConfigError
 from platform.config.models import build_model
 from platform.runtime.pretrain import (STAGE_NAME, PretrainNotPrepared, latest_checkpoint, prepare_pretrained,
@@ -31,7 +31,7 @@ def _config(**sections):
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in BASE.items()}
     for key, value in sections.items():
         data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
-    return build_experiment(data)
+    return load_experiment(data)
 
 
 @pytest.fixture(scope="module")
