@@ -15,7 +15,6 @@ import base64
 import html
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 

@@ -23,7 +23,6 @@ HEADLINE_METRICS = ("val_accuracy", "test_accuracy", "val_loss", "test_loss")
 ARTIFACT_TRIALS_CSV = "trials/trials.csv"
 ARTIFACT_TRIALS_PARQUET = "trials/trials.parquet"
 ARTIFACT_SENSITIVITY = "sensitivity"  # sensitivity/<parameter>.png
-FIXED_COLUMNS = ("run_id", "run_name", "status", "cell")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
