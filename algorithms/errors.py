@@ -22,9 +22,9 @@ _QUOTED = re.compile(r"(?<!\w)(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")(?!\w)",
 _RUN = re.compile(r"\S{%d,}" % (MAX_RUN + 1))
 
 
-def _escape(char: str) -> str:
-    """``\\n``, ``\\t``, ``\\x00``, ``\\u2028``: a character that is not printable, as ``repr`` writes it."""
-    return char if char.isprintable() else repr(char)[1:-1]
+def _escape(text: str) -> str:
+    """``text`` with every character that is not printable as ``repr`` writes it (``\\n``, ``\\t``, ``\\x00``)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def _cut(text: str, limit: int, closing: str = "") -> str:
@@ -40,7 +40,7 @@ def one_line(text: str) -> str:
     text. Quoted values are cut inside their quotes, keeping the closing quote; other long runs (a 10 kB
     unquoted value) are cut where they stand; the whole line is capped at :data:`MAX_MESSAGE` characters.
     """
-    text = "".join(map(_escape, str(text)))
+    text = _escape(text)
     text = _QUOTED.sub(lambda m: _cut(m.group(0), MAX_QUOTED, m.group(0)[0]), text)
     text = _RUN.sub(lambda m: _cut(m.group(0), MAX_RUN), text)
     return _cut(text, MAX_MESSAGE)
@@ -68,7 +68,7 @@ class ConfigError(UserError, ValueError):
         self.field = field
         self.message = message
         # the field is cut on its own, so a 10 kB key keeps its colon and the message after it
-        shown = _cut("".join(map(_escape, str(field))), MAX_RUN - 1)
+        shown = _cut(_escape(field), MAX_RUN - 1)
         super().__init__(f"{shown}: {message}" if field else message)
 
     def __reduce__(self):  # pickles whole (Ray sends a trial's error to the driver): field and message both

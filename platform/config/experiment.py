@@ -54,8 +54,8 @@ class DatasetConfig:
                                                            "labels; null = false (as the paper).")
 
 
-
-# The partition kinds (each one a partitioner of platform.data.partition.PARTITIONS, which checks that both agree)
+# The partition kinds, one per partitioner of platform.data.partition.PARTITIONS (tests/unit/test_partition.py checks
+# that both name the same kinds in the same order)
 PARTITION_KINDS = ("dirichlet", "iid", "lda", "hierarchical_lda", "classes_per_client", "unequal_classes", "natural")
 
 
@@ -316,10 +316,9 @@ def build_experiment(data: dict) -> ExperimentConfig:
 
 
 def error_message(err: ConfigError) -> str:
-    """A ConfigError's message without its leading ``field: `` (to re-raise it with more context)."""
-    text = str(err)
-    prefix = f"{err.field}: "
-    return text[len(prefix):] if err.field and text.startswith(prefix) else text
+    """A ConfigError's message without its leading ``field: `` (to re-raise it with more context): the message as
+    given, since the rendered text shows the field escaped and cut (``algorithms.errors.one_line``)."""
+    return err.message
 
 
 def method_defaults(name: str) -> dict[str, dict[str, Any]]:

@@ -61,7 +61,7 @@ from platform.stages.cache import Stage, code_version
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from platform.stages.cache import Stage, StageCache
+    from platform.stages.cache import StageCache
 
 SAMPLE_COUNT = 64  # crops kept for the logged grid (8×8)
 STAGE_NAME = "patch_pool"

@@ -63,3 +63,12 @@ def test_the_rendered_error_survives_pickling_as_ray_sends_it():
     err = ConfigError("partition.\n", "unknown key " + repr("v" * 500))
     back = pickle.loads(pickle.dumps(err))
     assert type(back) is ConfigError and str(back) == str(err) and back.field == "partition.\n"
+
+
+def test_an_error_re_raised_with_context_names_its_escaped_field_once():
+    """``error_message`` drops the ``field: `` prefix also when the field is shown escaped (a key with a newline)."""
+    from platform.config.experiment import error_message
+
+    err = ConfigError("partition.x\ny", "unknown key")
+    again = ConfigError(err.field, f"in scenario cell 1: {error_message(err)}")
+    assert str(again) == "partition.x\\ny: in scenario cell 1: unknown key"
