@@ -22,10 +22,16 @@ from platform.runtime.pretrain import check_pretrain
 def check_experiment(config: ExperimentConfig) -> None:
     """Raise a :class:`~platform.errors.ConfigError` for the first thing about ``config`` the data, the files or the
     pre-training stage refuse; return None when it can start."""
-    validate_dataset_config(config.dataset, "dataset")
-    check_public_dataset(config.public, "public")
+    check_settings(config)
     check_dataset_available(config.dataset)
     check_public_available(config.public, config.dataset)
+
+
+def check_settings(config: ExperimentConfig) -> None:
+    """:func:`check_experiment` without looking for the data files: what ``--dry-run`` and ``--estimate`` check (they
+    report missing files instead, and the estimate measures on stand-in data)."""
+    validate_dataset_config(config.dataset, "dataset")
+    check_public_dataset(config.public, "public")
     check_pretrain(config)
 
 
@@ -40,4 +46,4 @@ def load_experiment(path_or_data: str | dict, overrides: list[str] | None = None
     return config
 
 
-__all__ = ["check_experiment", "load_experiment"]
+__all__ = ["check_experiment", "check_settings", "load_experiment"]

@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", help="output directory (default: <results home>/reports/<space>-<run id[:8]>)")
     parser.add_argument("--compare", nargs="+", default=[], metavar="SWEEP",
                         help="other sweeps (search-space names or parent run ids) to compare with, arm by arm")
+    parser.add_argument("--preset", metavar="NAME",
+                        help="with a search-space name: its newest sweep run with --preset NAME (e.g. paper); the "
+                             "reference values are the preset's")
     parser.add_argument("--metric", help="select and report on this metric (default: the sweep's search metric; "
                                          "the first objective of a multi-objective sweep)")
     return parser
@@ -42,10 +45,10 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
 
     uri = resolve_tracking_uri(args.tracking_uri)
-    results = load_sweep(uri, args.sweep, "sweep")
+    results = load_sweep(uri, args.sweep, "sweep", preset=args.preset)
     others = [load_sweep(uri, ref, "--compare") for ref in args.compare]
     objective = resolve_objective(results, args.metric)
-    reference = find_reference(results.space)
+    reference = find_reference(results.space, results.preset)
     out = os.path.abspath(args.out or default_out_dir(results, others))
     written = write_report(results, objective, out, others, reference)
     logged = log_report(results, out, written)

@@ -24,11 +24,28 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m platform.run",
         description="Run one federated experiment (no sweep) on Ray actors and log it as one MLflow run.",
         epilog="Examples:\n  python -m platform.run my_experiment.yaml --set rounds=20\n"
+               "  python -m platform.run fedkp_bandwidth --preset paper --dry-run\n"
+               "  python -m platform.run fedkp_bandwidth --preset paper --stand-in --estimate\n"
                "  python -m platform.run smoke --set algorithm.name=fedprox --set algorithm.mu=0.01",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", help="experiment YAML file, or a search-space name whose base config to run")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set clients.lr=0.1 (repeatable)")
+    parser.add_argument("--preset", metavar="NAME",
+                        help="with a search space: run its preset NAME's base config (e.g. paper: the document's own "
+                             "setting, docs/paper_settings.md)")
+    parser.add_argument("--stand-in", action="store_true",
+                        help="replace every dataset read from files with generated data of the real one's shapes, "
+                             "classes and sizes")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the config (preset and --set applied), print it resolved, and exit without "
+                             "starting Ray")
+    parser.add_argument("--estimate", action="store_true",
+                        help="run the first rounds here (stand-in data where the files are absent), print seconds per "
+                             "round and peak memory, and predict the whole run (with a search space: its whole "
+                             "sweep) in wall time and GPU-hours on --gpus GPUs; then exit")
+    parser.add_argument("--gpus", type=int, metavar="N",
+                        help="--estimate: the GPUs to predict for (default: this machine's, at least 1)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
                                                "sqlite:///<results home>/mlflow.db)")
     parser.add_argument("--experiment", help="MLflow experiment name (default: the config's file name)")
@@ -45,12 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def resolve_config(target: str, overrides: list[str]):
-    """(config, experiment name) for an experiment YAML, a search-space YAML (its base config) or a search-space
-    name. A file is a search space when it has a ``base`` section."""
+def resolve_config(target: str, overrides: list[str], preset: Optional[str] = None, check=None):
+    """(config, experiment name) for an experiment YAML, a search-space YAML (its base config, with ``preset`` laid
+    over the file) or a search-space name. A file is a search space when it has a ``base`` section. ``check``: the
+    pre-flight check (default :func:`platform.preflight.check_experiment`)."""
     # deferred: start-up time (the command starts Ray first; config and pre-flight import torch)
     from platform.config.experiment import apply_overrides, build_experiment, load_yaml, parse_override
-    from platform.config.search_space import find_search_space
+    from platform.config.space_files import find_search_space, read_search_space
     from platform.preflight import check_experiment
 
     if os.path.isfile(target):
@@ -64,14 +82,18 @@ def resolve_config(target: str, overrides: list[str]):
     name = os.path.splitext(os.path.basename(path))[0]
     parsed = dict(parse_override(o) for o in overrides)
     if isinstance(raw, dict) and "base" in raw:  # a search space: run its base config
+        raw = read_search_space(path, preset)[1]
         base = dict(raw.get("base") or {})
         if raw.get("resources") is not None:
             base.setdefault("resources", raw["resources"])
         raw = base
     elif not isinstance(raw, dict):
         raise UserError(f"{path}: an experiment config must be a mapping of sections")
+    elif preset is not None:
+        raise UserError(f"--preset: {path} is an experiment config; presets belong to search spaces (their presets: "
+                        f"block)")
     config = build_experiment(apply_overrides(raw, parsed))
-    check_experiment(config)
+    (check or check_experiment)(config)
     return config, name
 
 
@@ -154,9 +176,14 @@ def main(argv=None) -> int:
     clock = StartupClock()
     args = build_parser().parse_args(argv)
     quiet_libraries()
-    if argv is None:  # this process is the command: a new local Ray starts while torch is imported and the config
-        start_ray_early(args.address, args.ray_dashboard)  # checked; a bad config still ends it at once (exit 2)
-    config, experiment = resolve_config(args.config, args.overrides)
+    if argv is None and not args.dry_run:  # this process is the command: a new local Ray starts while torch is
+        start_ray_early(args.address, args.ray_dashboard)  # imported and the config checked; a bad config still ends
+    overrides = args.overrides + (["stand_in=true"] if args.stand_in else [])  # it at once (exit 2)
+    if args.gpus is not None and args.gpus < 1:
+        raise UserError(f"--gpus: must be >= 1, got {args.gpus}")
+    if args.dry_run or args.estimate:
+        return _plan(args, overrides)
+    config, experiment = resolve_config(args.config, overrides, args.preset)
     # Everything is imported before Ray connects (under ``ray job submit`` the working directory stops being
     # importable once the driver joins the cluster; see platform.sweep.command).
     import platform.stages.cache  # noqa: F401
@@ -227,6 +254,40 @@ def main(argv=None) -> int:
             tracker.end_run(run_id, status)
             print(f"results: {ui_command(uri)}", flush=True)
     return 0
+
+
+def _plan(args, overrides: list[str]) -> int:
+    """``--dry-run`` (the resolved config, no Ray) or ``--estimate`` (the first rounds measured; with a search space,
+    its whole sweep predicted)."""
+    from platform.plan import estimate, run_plan
+    from platform.preflight import check_settings
+
+    config, name = resolve_config(args.config, overrides, args.preset, check=check_settings)
+    space = _space_of(args.config, overrides, args.preset, check_settings)
+    if args.dry_run:
+        print(run_plan(config, name, space.preset if space is not None else None))
+        return 0
+    from platform.stages.cache import open_cache
+
+    print(estimate(config, space, gpus=args.gpus, address=args.address, dashboard=args.ray_dashboard,
+                   cache=open_cache(args.cache_dir, not args.no_cache)))
+    return 0
+
+
+def _space_of(target: str, overrides: list[str], preset: Optional[str], check):
+    """The search space ``target`` names, loaded as the sweep would (None for an experiment config)."""
+    from platform.config.experiment import load_yaml, parse_override
+    from platform.config.search_space import load_search_space
+    from platform.config.space_files import find_search_space
+
+    try:
+        path = target if os.path.isfile(target) else find_search_space(target)
+    except UserError:
+        return None
+    raw = load_yaml(path)
+    if not isinstance(raw, dict) or "base" not in raw:
+        return None
+    return load_search_space(path, dict(parse_override(o) for o in overrides), check=check, preset=preset)
 
 
 def _open_in_background(tracker) -> Optional[threading.Thread]:

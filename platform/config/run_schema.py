@@ -13,6 +13,7 @@ from typing import Any, Iterable
 TAG_STATUS = "status"  # one of the STATUS_* values below
 TAG_SEARCH_SPACE = "fedsweep.search_space"
 TAG_DESCRIPTION = "fedsweep.description"
+TAG_PRESET = "fedsweep.preset"  # on a sweep's parent run: the preset it ran (--preset); absent: the default
 TAG_COMMAND = "fedsweep.command"  # the command line as the user would retype it
 TAG_TRIAL_ID = "fedsweep.trial_id"
 TAG_SAMPLED = "fedsweep.sampled"  # "key=value, ..." of a trial's sampled parameters

@@ -52,7 +52,6 @@ to ours by ``python -m platform.report`` (see :mod:`platform.config.reference`):
 from __future__ import annotations
 
 import dataclasses
-import glob
 import itertools
 import math
 import os
@@ -60,6 +59,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from platform.config.experiment import ExperimentConfig, apply_overrides, build_experiment, error_message, load_yaml
+from platform.config.presets import Preset
+from platform.config.space_files import (SECTIONS, available_search_spaces, find_search_space, read_search_space,
+                                         search_space_dirs)
 from platform.config.reference import Reference, check_reference_metrics, parse_reference
 from platform.errors import ConfigError, UserError
 from platform.config.schema import build, spec
@@ -216,6 +218,12 @@ class SearchSpace:
     search: SearchConfig
     scenarios: dict = field(default_factory=dict)  # dotted config key -> tuple of values (``scenarios:``)
     reference: Optional[Reference] = None  # the paper's values for the question (``reference:``)
+    preset: Optional[Preset] = None  # the ``presets:`` entry laid over the file (``--preset``), if any
+    presets: tuple = ()  # the names of the space's presets
+
+    @property
+    def preset_name(self) -> Optional[str]:
+        return self.preset.name if self.preset is not None else None
 
     @property
     def seeds(self) -> list[int]:
@@ -285,37 +293,6 @@ def cell_sampler_seed(sampler_seed: int, index: int) -> int:
     return int(np.random.SeedSequence([int(sampler_seed), int(index)]).generate_state(1)[0])
 
 
-def search_space_dirs() -> list[str]:
-    """Where named search spaces are looked up: $FEDSWEEP_SEARCH_SPACES, ./search_spaces, the repo's own."""
-    dirs = []
-    if os.environ.get("FEDSWEEP_SEARCH_SPACES"):
-        dirs.append(os.environ["FEDSWEEP_SEARCH_SPACES"])
-    dirs.append(os.path.join(os.getcwd(), "search_spaces"))
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # <repo>/platform/config/
-    dirs.append(os.path.join(repo, "search_spaces"))
-    return [d for i, d in enumerate(dirs) if os.path.isdir(d) and d not in dirs[:i]]
-
-
-def available_search_spaces() -> list[str]:
-    names = set()
-    for d in search_space_dirs():
-        names.update(os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(d, "*.yaml")))
-    return sorted(names)
-
-
-def find_search_space(name: str) -> str:
-    if name.endswith((".yaml", ".yml")) and os.path.isfile(name):
-        return name
-    for d in search_space_dirs():
-        path = os.path.join(d, f"{name}.yaml")
-        if os.path.isfile(path):
-            return path
-    raise UserError(f"unknown search space {name!r}; available: {', '.join(available_search_spaces()) or 'none'}")
-
-
-SECTIONS = ("description", "base", "parameters", "search", "resources", "scenarios", "reference")
-
-
 #: A check of a whole experiment config from a layer above config (``platform.preflight.check_experiment``)
 ConfigCheck = Callable[[ExperimentConfig], None]
 
@@ -325,17 +302,13 @@ def _no_check(config: ExperimentConfig) -> None:
 
 
 def load_search_space(name: str, overrides: dict[str, Any] | None = None,
-                      num_samples: Optional[int] = None, check: ConfigCheck = _no_check) -> SearchSpace:
-    """Load and fully validate a search space; ``overrides`` (``--set``) apply to its base config. ``check`` runs on
+                      num_samples: Optional[int] = None, check: ConfigCheck = _no_check,
+                      preset: Optional[str] = None) -> SearchSpace:
+    """Load and fully validate a search space; ``preset`` (``--preset``) lays one of its ``presets:`` over the file
+    (:mod:`platform.config.presets`), then ``overrides`` (``--set``) apply to its base config. ``check`` runs on
     every configuration validation tries (the base, each scenario cell, each candidate value), its errors reported
     as this loader reports its own: the sweep passes ``platform.preflight.check_experiment``."""
-    path = find_search_space(name)
-    raw = load_yaml(path) or {}
-    if not isinstance(raw, dict):
-        raise ConfigError("", f"{path}: a search space must be a mapping with {', '.join(SECTIONS)}")
-    unknown = [k for k in raw if k not in SECTIONS]
-    if unknown:
-        raise ConfigError(unknown[0], f"unknown section in {path}; allowed: {', '.join(SECTIONS)}")
+    path, raw, presets = read_search_space(name, preset)
     base = dict(raw.get("base") or {})
     if raw.get("resources") is not None:
         if "resources" in base:
@@ -370,7 +343,8 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
             raise ConfigError(f"parameters.{bad[0]}", "the grid searcher needs choice or grid values; "
                                                       "use searcher: tpe or random for ranges")
     space = SearchSpace(os.path.splitext(os.path.basename(path))[0], os.path.abspath(path),
-                        str(raw.get("description") or ""), base, parameters, search, scenarios, reference)
+                        str(raw.get("description") or ""), base, parameters, search, scenarios, reference,
+                        presets.get(preset) if preset else None, tuple(presets))
     if scenarios:
         configs = _validate_cells(space, check)
     else:
@@ -584,12 +558,11 @@ def grid_points(space: SearchSpace) -> list[dict]:
     return points
 
 
-def load_reference(name: str) -> Optional[Reference]:
-    """The ``reference:`` block of search space ``name`` (validated as at load time, without building its configs);
-    None where the space has none. Raises UserError when the space is not found."""
-    path = find_search_space(name)
-    raw = load_yaml(path) or {}
-    if not isinstance(raw, dict) or raw.get("reference") is None:
+def load_reference(name: str, preset: Optional[str] = None) -> Optional[Reference]:
+    """The ``reference:`` block of search space ``name`` (with ``preset`` laid over it; validated as at load time,
+    without building its configs); None where the space has none. Raises UserError when the space is not found."""
+    _, raw, _ = read_search_space(name, preset)
+    if raw.get("reference") is None:
         return None
     params_raw = raw.get("parameters") or {}
     parameters = ({key: parse_distribution(key, d) for key, d in params_raw.items()}

@@ -62,12 +62,13 @@ def declared_mode(results: SweepResults, metric: str) -> str:
     return "min" if metric.endswith("loss") else "max"
 
 
-def find_reference(space: str):
-    """The space's ``reference:`` block; None when it has none or its file is not found (the store outlives files)."""
+def find_reference(space: str, preset: Optional[str] = None):
+    """The space's ``reference:`` block (with ``preset`` laid over the file: the sweep's preset); None when it has none
+    or its file is not found (the store outlives files)."""
     from platform.config.search_space import load_reference
 
     try:
-        return load_reference(space)
+        return load_reference(space, preset)
     except UserError as err:
         if "unknown search space" in str(err):
             return None

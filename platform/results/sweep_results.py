@@ -20,7 +20,7 @@ from typing import Any, Iterable, Optional
 from platform.cli import sqlite_path
 from platform.errors import UserError
 from platform.config.run_schema import (METRIC_ROUNDS_COMPLETED, PARAM_SCENARIO, PARAM_SEARCH, PARAM_SEEDS, PARAM_SPACE,
-                                 PER_SEED_SEPARATOR, STATUS_RUNNING, TAG_DESCRIPTION, TAG_PARENT_RUN, TAG_SCENARIO,
+                                 PER_SEED_SEPARATOR, STATUS_RUNNING, TAG_DESCRIPTION, TAG_PARENT_RUN, TAG_PRESET, TAG_SCENARIO,
                                  TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, children_filter,
                                  is_number)
 
@@ -154,6 +154,7 @@ class SweepResults:
     seeds: tuple
     algorithms: tuple  # the algorithm names the sweep can run (base, swept, scenario)
     trials: tuple  # Trial, ... in (cell, start) order
+    preset: Optional[str] = None  # the preset the sweep ran (--preset); None: the space's default
 
     @property
     def running(self) -> bool:
@@ -255,9 +256,9 @@ def check_store(tracking_uri: str, option: str = "--tracking-uri") -> None:
             raise UserError(f"{option}: no MLflow store at {path}; run a sweep first or name the store that holds it")
 
 
-def resolve_parent(client, tracking_uri: str, ref: str, option: str = "sweep"):
+def resolve_parent(client, tracking_uri: str, ref: str, option: str = "sweep", preset: Optional[str] = None):
     """The parent run ``ref`` names: a parent run id, or a search-space name (or its YAML path): the newest sweep of
-    that experiment. Raises UserError naming ``option``."""
+    that experiment (with ``preset``: the newest sweep run with that preset). Raises UserError naming ``option``."""
     from mlflow.exceptions import MlflowException
 
     if RUN_ID_PATTERN.match(ref):
@@ -282,11 +283,12 @@ def resolve_parent(client, tracking_uri: str, ref: str, option: str = "sweep"):
         page = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{TAG_SEARCH_SPACE}` = '{name}'",
                                   order_by=["attributes.start_time DESC"], max_results=200, page_token=token)
         for run in page:
-            if TAG_PARENT_RUN not in run.data.tags:
+            if TAG_PARENT_RUN not in run.data.tags and (preset is None or run.data.tags.get(TAG_PRESET) == preset):
                 return run
         token = page.token
         if not token:
-            raise UserError(f"{option}: experiment {name!r} in {tracking_uri} holds no sweep (no parent run)")
+            which = f" with --preset {preset}" if preset else ""
+            raise UserError(f"{option}: experiment {name!r} in {tracking_uri} holds no sweep{which} (no parent run)")
 
 
 def _child_runs(client, experiment_id: str, parent_run_id: str) -> list:
@@ -349,12 +351,13 @@ def _replace(trial: Trial, **changes) -> Trial:
     return dataclasses.replace(trial, **changes)
 
 
-def load_sweep(tracking_uri: str, ref: str, option: str = "sweep") -> SweepResults:
-    """Read the sweep ``ref`` names (a parent run id, or a search-space name: its newest sweep) from the store at
-    ``tracking_uri``. Bad references raise :class:`UserError` naming ``option``."""
+def load_sweep(tracking_uri: str, ref: str, option: str = "sweep", preset: Optional[str] = None) -> SweepResults:
+    """Read the sweep ``ref`` names (a parent run id, or a search-space name: its newest sweep, with ``preset`` its
+    newest sweep of that preset) from the store at ``tracking_uri``. Bad references raise :class:`UserError` naming
+    ``option``."""
     check_store(tracking_uri)
     client = mlflow_client(tracking_uri)
-    parent = resolve_parent(client, tracking_uri, ref, option)
+    parent = resolve_parent(client, tracking_uri, ref, option, preset)
     params, tags = parent.data.params, parent.data.tags
     parameters = {}
     for name, text in params.items():
@@ -375,7 +378,7 @@ def load_sweep(tracking_uri: str, ref: str, option: str = "sweep") -> SweepResul
     num_samples = parse_literal(params.get(f"{PARAM_SEARCH}num_samples", "None"))
     return SweepResults(
         tracking_uri=tracking_uri, experiment_id=parent.info.experiment_id,
-        space=tags.get(TAG_SEARCH_SPACE, ""), parent_run_id=parent.info.run_id,
+        space=tags.get(TAG_SEARCH_SPACE, ""), preset=tags.get(TAG_PRESET), parent_run_id=parent.info.run_id,
         parent_name=parent.info.run_name or "", status=tags.get(TAG_STATUS, str(parent.info.status).lower()),
         mlflow_status=str(parent.info.status), description=tags.get(TAG_DESCRIPTION, ""),
         parameters=parameters, scenarios=scenarios, objectives=_objectives(params),

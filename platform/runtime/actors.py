@@ -96,6 +96,16 @@ class Reusable:
         self.__init__(*args)
         return True
 
+    def peak_memory(self) -> dict:
+        """This process's peak resident memory (bytes) and, where it uses a GPU, the peak GPU memory torch allocated
+        (``platform.run --estimate``)."""
+        import resource
+
+        peak = {"rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            peak["gpu_bytes"] = int(torch.cuda.max_memory_allocated())
+        return peak
+
 
 _WARMING: list[threading.Thread] = []  # the background import of torch._dynamo, once per process
 

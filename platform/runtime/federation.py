@@ -451,6 +451,12 @@ class Federation:
     def load(self, path: str) -> None:
         self.restore(torch.load(path, weights_only=False))
 
+    def peak_memory(self) -> list[dict]:
+        """Each actor's peak memory (:meth:`Reusable.peak_memory`): the parameter server's first, then each client
+        pool's; an in-process server reports this process."""
+        actors = [self.server] + list(self.pools)
+        return ray.get([actor.peak_memory.remote() for actor in actors])
+
     def shutdown(self, keep_warm: bool = False) -> None:
         """Kill the actors, or, with ``keep_warm`` and a :class:`WarmActors`, leave them idle there for the next
         trial (only after a clean end: an actor that failed mid-call must not be reused)."""

@@ -118,7 +118,7 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
         row.update({"trials_finished": len(complete), "pareto_size": len(front), "front": front,
                     **{f"{METRIC_BEST}{m}": (max if d == "max" else min)(objective_value(r, m) for r in complete)
                        for m, d in search.objectives if complete},
-                    "rerun": f"python -m platform.run {cell_space.name} {rerun}"})
+                    "rerun": f"python -m platform.run {cell_space.name}{_preset_flag(cell_space)} {rerun}"})
         return row
     metric, mode = search.metric, search.mode
     finished, row["trials_diverged"] = _ranked_results(grid, metric)
@@ -137,9 +137,13 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
             if best.metrics.get(name) is not None:
                 row[name] = best.metrics[name]
     row["params"] = params
-    row["rerun"] = f"python -m platform.run {cell_space.name} {rerun} " + " ".join(
+    row["rerun"] = f"python -m platform.run {cell_space.name}{_preset_flag(cell_space)} {rerun} " + " ".join(
         f"--set {k}={v}" for k, v in params.items())
     return row
+
+
+def _preset_flag(space) -> str:
+    return f" --preset {space.preset_name}" if space.preset_name else ""
 
 
 def _cells_csv(rows: list[dict], space) -> str:

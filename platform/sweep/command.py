@@ -28,7 +28,7 @@ from platform.errors import UserError
 from platform.config.run_schema import (PARAM_BASE, PARAM_SCENARIO, PARAM_SEARCH, PARAM_SPACE, STATUS_COMPLETED,
                                         STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND,
                                         TAG_DESCRIPTION, TAG_DRIVER, TAG_GIT_COMMIT, TAG_NOTE, TAG_OPTUNA_STORAGE,
-                                        TAG_SEARCH_SPACE, TAG_STATUS)
+                                        TAG_PRESET, TAG_SEARCH_SPACE, TAG_STATUS)
 from platform.sweep.cells import _run_cells
 from platform.sweep.state import (_INVOCATION_FLAGS, STATE_FILE, _check_resumable, _default_storage, _driver_id,
                                   _experiment_name, _invocation, _join, _latest_unfinished, _read_state,
@@ -46,12 +46,29 @@ def build_parser() -> argparse.ArgumentParser:
                     "elsewhere it starts a local Ray.",
         epilog="Examples:\n  python -m platform.sweep smoke\n"
                "  python -m platform.sweep smoke --num-samples 2 --set rounds=3\n"
+               "  python -m platform.sweep fedkp_bandwidth --preset paper --dry-run\n"
+               "  python -m platform.sweep fedkp_bandwidth --preset paper --stand-in --estimate --gpus 8\n"
                "  ray job submit --working-dir . -- python -m platform.sweep smoke",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", nargs="?", help="search space name (a file in search_spaces/) or a YAML path")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a base-config value, e.g. --set rounds=3 (repeatable); on a swept parameter or a "
                              "scenario key it pins that value (the key leaves the sampler / grid)")
+    parser.add_argument("--preset", metavar="NAME",
+                        help="run one of the space's presets (its presets: block), e.g. paper: the document's own "
+                             "setting (docs/paper_settings.md); default: the space's embedded setting")
+    parser.add_argument("--stand-in", action="store_true",
+                        help="replace every dataset read from files with generated data of the real one's shapes, "
+                             "classes and sizes (to try, test or cost a setting whose files are absent)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="load and check the space (preset and --set applied), print the resolved base config, "
+                             "cells, trials, seeds, rounds and resources per trial, and exit without starting Ray")
+    parser.add_argument("--estimate", action="store_true",
+                        help="run the first rounds of one trial here (stand-in data where the files are absent), "
+                             "print seconds per round and peak memory, and predict the sweep's wall time and "
+                             "GPU-hours on --gpus GPUs; then exit")
+    parser.add_argument("--gpus", type=int, metavar="N", help="--estimate: the GPUs to predict for (default: this "
+                                                              "machine's, at least 1)")
     parser.add_argument("--num-samples", type=int, help="number of trials (overrides search.num_samples)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
                                                "sqlite:///<results home>/mlflow.db)")
@@ -151,7 +168,7 @@ def main(argv=None) -> int:
     if args.repair:
         return _repair(args)
     resume_dir = _resolve_resume(args) if args.resume else None
-    if argv is None and args.name:  # this process is the command (flags final): a new local Ray starts while torch is
+    if argv is None and args.name and not args.dry_run:  # this process is the command (flags final): a new local Ray starts while torch is
         quiet_libraries()  # imported and the space checked; a refused input still ends it at once (exit 2, one line)
         start_ray_early(args.address, args.ray_dashboard)
     if not args.name:
@@ -160,15 +177,23 @@ def main(argv=None) -> int:
         raise UserError(f"name a search space; available: {', '.join(available_search_spaces())}")
     if args.num_samples is not None and args.num_samples < 1:
         raise UserError(f"--num-samples: must be >= 1, got {args.num_samples}")
+    if args.gpus is not None and args.gpus < 1:
+        raise UserError(f"--gpus: must be >= 1, got {args.gpus}")
     from platform.config.experiment import parse_override
     from platform.config.search_space import load_search_space
-    from platform.preflight import check_experiment
+    from platform.preflight import check_experiment, check_settings
 
     overrides = dict(parse_override(o) for o in args.overrides)
+    if args.stand_in:
+        overrides["stand_in"] = True
     args.invocation = _invocation(args)
     # Everything is validated before anything is written: MLflow, Tune storage, Ray.
-    space = load_search_space(args.name, overrides, args.num_samples, check=check_experiment)
+    planning = args.dry_run or args.estimate
+    space = load_search_space(args.name, overrides, args.num_samples,
+                              check=check_settings if planning else check_experiment, preset=args.preset)
     base_config = space.trial_config({})
+    if planning:
+        return _plan(args, space, base_config)
     space = _pin_public_image(space, base_config)
     from platform.results.tracking import check_tracking_uri, resolve_tracking_uri
     from platform.stages.cache import default_cache_root
@@ -192,6 +217,21 @@ def main(argv=None) -> int:
     quiet_libraries()
     leave_ray_job_working_dir(results_home())
     return _run(args, space, base_config, storage, tracking_uri, resume_dir)
+
+
+def _plan(args, space, base_config) -> int:
+    """``--dry-run`` (the plan, no Ray) or ``--estimate`` (one trial's first rounds measured, the sweep predicted)."""
+    from platform.plan import estimate, sweep_plan
+
+    if args.dry_run:
+        print(sweep_plan(space, base_config))
+        return 0
+    first = space.cell_space(0).trial_config({}) if space.scenarios else base_config
+    from platform.stages.cache import open_cache
+
+    print(estimate(first, space, gpus=args.gpus, address=args.address, dashboard=args.ray_dashboard,
+                   cache=open_cache(args.cache_dir, not args.no_cache)))
+    return 0
 
 
 def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
@@ -302,6 +342,7 @@ def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
         tags={TAG_SEARCH_SPACE: space.name, TAG_GIT_COMMIT: git_commit(),
               TAG_COMMAND: command_line("platform.sweep", args.argv), TAG_STATUS: STATUS_RUNNING,
               TAG_DESCRIPTION: space.description, TAG_OPTUNA_STORAGE: args.optuna_url, TAG_DRIVER: _driver_id(),
+              **({TAG_PRESET: space.preset_name} if space.preset_name else {}),
               TAG_NOTE: description(space, tracker.experiment_id, SweepAnswer())})
     tracker.log_params(parent_run_id, {
         **{f"{PARAM_BASE}{k}": v for k, v in base_config.flat().items()},

@@ -271,6 +271,7 @@ def _report(grid, space, tracker, parent_run_id, callback, answer, sweep_dir: st
     for k, v in params.items():
         print(f"  {k} = {v}")
     rerun = " ".join(f"--set {k}={v}" for k, v in params.items())
-    print(f"rerun it alone: python -m platform.run {space.name} {rerun}")
+    preset = f" --preset {space.preset_name}" if space.preset_name else ""
+    print(f"rerun it alone: python -m platform.run {space.name}{preset} {rerun}")
     print(f"tune storage: {sweep_dir}")
     return "FINISHED"

@@ -1,0 +1,260 @@
+"""What a command would run, before it runs: ``--dry-run`` (the resolved settings, no Ray) and ``--estimate`` (one
+measured round, then the whole sweep's predicted time and GPU-hours).
+
+``--dry-run`` loads and validates the space (preset and ``--set`` applied), prints the resolved base config, the
+cells with their trials, the seeds, rounds and resources per trial, and whether the data files are where the config
+says; nothing starts, so it takes seconds and works where the files are absent.
+
+``--estimate`` runs one trial's first rounds (two, so that the second shows the steady cost without start-up) on one
+seed, on the hardware at hand, with stand-in data where the files are absent (:mod:`platform.data.stand_in`), and
+prints seconds per round and peak memory (resident memory of the busiest actor; GPU memory where a GPU is used). The
+prediction scales that to the sweep: every trial runs all its rounds on every seed (seeds share a trial's resources,
+so they are counted one after another), scenario cells run one after another, trials of a cell run side by side as
+the GPUs (or CPUs) and ``search.max_concurrent_trials`` allow. ASHA stops trials early, so its sweeps take at most
+the predicted time. Measured on a CPU, the figures are the CPU's: run the estimate on a GPU node for GPU figures.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Optional
+
+from platform.config.schema import to_dict
+from platform.errors import ConfigError
+
+
+def data_status(config) -> str:
+    """One line: where the trial's data come from, and whether its files are there."""
+    from platform.data.datasets import check_dataset_available
+    from platform.data.public import check_public_available
+
+    name = config.dataset.name
+    if getattr(config, "stand_in", False):
+        return f"data: stand-in for {name} (generated, the real one's shapes, classes and sizes)"
+    try:
+        check_dataset_available(config.dataset)
+        check_public_available(config.public, config.dataset)
+    except ConfigError as err:
+        reason = str(err).split("; ")[0]
+        return f"data: {name}: NOT FOUND ({reason}); add --stand-in to run on generated data of its shapes"
+    where = f" under {config.dataset.root}" if config.dataset.root else " (embedded)"
+    return f"data: {name}{where}: found"
+
+
+CORE_SECTIONS = ("dataset", "partition", "model", "algorithm", "clients", "server", "resources")
+
+
+def _config_lines(config) -> list[str]:
+    """The resolved config as YAML: every section the experiment is about, and the others only where they differ
+    from their defaults (named in one line otherwise)."""
+    import yaml
+
+    from platform.config.experiment import build_experiment
+
+    data = to_dict(config)
+    default = to_dict(build_experiment({"algorithm": {"name": config.algorithm.name}}))
+    shown = {k: v for k, v in data.items()
+             if k in CORE_SECTIONS or not isinstance(v, dict) or v != default.get(k)}
+    lines = ["  " + line for line in yaml.safe_dump(shown, sort_keys=False, default_flow_style=None,
+                                                     width=110).rstrip().splitlines()]
+    hidden = [k for k in data if k not in shown]
+    if hidden:
+        lines.append(f"  # at their defaults: {', '.join(hidden)}")
+    return lines
+
+
+def _resources(config, search=None) -> str:
+    r = config.resources
+    text = f"cpu {r.cpu:g}, gpu {r.gpu:g}" + (f", {r.actors} client actor(s)" if r.actors else "")
+    if search is not None:
+        most = search.max_concurrent_trials
+        text += f"; at most {most} trial(s) at once" if most else "; trials at once: as many as the cluster fits"
+    return text
+
+
+def cell_trials(space) -> list[tuple[str, int]]:
+    """(cell label, trials) per scenario cell (one unlabelled row without scenarios)."""
+    from platform.config.search_space import cell_label, grid_points
+
+    def trials(cell_space) -> int:
+        grid = len(grid_points(cell_space)) if cell_space.search.searcher == "grid" else 1
+        return cell_space.search.num_samples * grid
+
+    if not space.scenarios:
+        return [("", trials(space))]
+    return [(cell_label(cell), trials(space.cell_space(i))) for i, cell in enumerate(space.cells())]
+
+
+def _heading(kind: str, name: str, preset) -> str:
+    which = f" --preset {preset.name} ({preset.title})" if preset is not None else " (embedded default)"
+    return f"{kind} {name}{which}: dry run, nothing started"
+
+
+def sweep_plan(space, base_config) -> str:
+    """The ``platform.sweep --dry-run`` text of a loaded space."""
+    lines = [_heading("sweep", space.name, space.preset)]
+    if space.preset is not None and space.preset.document:
+        lines.append(f"settings from: spec/{space.preset.document} (docs/paper_settings.md cites each value)")
+    lines.append(data_status(base_config))
+    lines.append("resolved base config" + (" (scenario keys vary by cell, below):" if space.scenarios else ":"))
+    lines += _config_lines(base_config)
+    cells = cell_trials(space)
+    searcher = space.search.searcher
+    if space.parameters:
+        lines.append("swept: " + "; ".join(f"{k} {d.kind}{list(d.args)}" + (f" when {d.when}" if d.when else "")
+                                           for k, d in space.parameters.items()))
+    if space.scenarios:
+        lines.append(f"scenario cells: {len(cells)} ({' x '.join(space.scenarios)}), one study each, in this order:")
+        rounds_key = "rounds" in space.scenarios
+        for i, (label, trials) in enumerate(cells):
+            extra = f", {space.cell_space(i).trial_config({}).rounds} rounds" if rounds_key else ""
+            lines.append(f"  cell {i + 1:>2}  {label}: {trials} trial(s) ({searcher}){extra}")
+    else:
+        lines.append(f"trials: {cells[0][1]} ({searcher})")
+    total = sum(t for _, t in cells)
+    seeds = space.seeds
+    lines.append(f"seeds: {seeds} (replicates inside every trial)")
+    lines.append(f"rounds per trial: {base_config.rounds} (mode {base_config.mode})")
+    scheduler = space.search.scheduler
+    if scheduler.kind == "asha":
+        lines.append(f"early stopping: ASHA, grace period {scheduler.grace_period} round(s)")
+    lines.append(f"resources per trial: {_resources(base_config, space.search)}")
+    lines.append(f"total: {total} trial(s) x {len(seeds)} seed(s) = {total * len(seeds)} run(s), "
+                 f"selecting on {', '.join(m for m in space.search.metrics)}")
+    return "\n".join(lines)
+
+
+def run_plan(config, name: str, preset=None) -> str:
+    """The ``platform.run --dry-run`` text of one experiment config."""
+    lines = [_heading("run", name, preset), data_status(config), "resolved config:"]
+    lines += _config_lines(config)
+    lines.append(f"seed: {config.seed}; rounds: {config.rounds} (mode {config.mode}); resources: {_resources(config)}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# --estimate
+# ------------------------------------------------------------------------------------------------------------------
+
+MEASURED_ROUNDS = 2  # the second shows the steady cost (the first pays actor start-up and first-use imports)
+
+
+def _cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def measurement_config(config, log=print):
+    """The config ``--estimate`` measures: ``config`` on its own seed, at most :data:`MEASURED_ROUNDS` rounds, on
+    stand-in data where the files are absent, on CPUs where the trial asks for a GPU and none is here."""
+    from platform.config.experiment import apply_overrides, build_experiment
+
+    changes: dict = {}
+    if not getattr(config, "stand_in", False) and "NOT FOUND" in data_status(config):
+        changes["stand_in"] = True
+        log(f"estimate: {config.dataset.name} files not found here: measuring on stand-in data of the same shapes")
+    if config.resources.gpu > 0 and _cuda_devices() == 0:
+        changes["resources.gpu"] = 0
+        log(f"estimate: no GPU here: measuring on {os.cpu_count()} CPU(s); the figures are the CPU's, run "
+            f"--estimate on a GPU node for GPU figures")
+    if config.mode != "one_round":
+        changes["rounds"] = min(config.rounds, MEASURED_ROUNDS)
+    if not changes:
+        return config
+    return build_experiment(apply_overrides(to_dict(config), changes))
+
+
+def measure(config, cache=None) -> dict:
+    """Run ``config`` (one seed) on Ray actors; returns ``{"round_seconds": [...], "setup_seconds": s,
+    "rss_bytes": peak, "gpu_bytes": peak or None}``. Ray must be connected."""
+    from platform.runtime.federation import share_dataset
+    from platform.runtime.trial import run_one_round, run_rounds, start_federations, stop_federations
+
+    started = time.perf_counter()
+    shared = share_dataset(config, cache=cache)
+    federations = start_federations(config, [config.seed], shared, lazy_clients=config.mode == "one_round",
+                                    cache=cache)
+    setup = time.perf_counter() - started
+    try:
+        rounds = ([run_one_round(federations, cache)] if config.mode == "one_round"
+                  else list(run_rounds(federations, config.rounds)))
+        peaks = federations[0].peak_memory()
+    finally:
+        stop_federations(federations)
+    gpu = [p["gpu_bytes"] for p in peaks if "gpu_bytes" in p]
+    return {"round_seconds": [float(m["seconds"]) for m in rounds], "setup_seconds": setup,
+            "rss_bytes": max(p["rss_bytes"] for p in peaks), "gpu_bytes": max(gpu) if gpu else None}
+
+
+def predict(measured: dict, config, space=None, gpus: int = 1, cpus: Optional[int] = None) -> dict:
+    """The sweep's (or the single run's) predicted wall time and GPU-hours from one measured trial (module
+    docstring). ``gpus``/``cpus``: the cluster the prediction is for."""
+    steady = measured["round_seconds"][-1]
+    seeds = len(space.seeds) if space is not None else 1
+    rounds = config.rounds if config.mode != "one_round" else 1
+    trial_seconds = measured["setup_seconds"] + steady * rounds * seeds
+    cells = cell_trials(space) if space is not None else [("", 1)]
+    per_trial_gpu = config.resources.gpu
+    if per_trial_gpu > 0:
+        side_by_side = max(1, math.floor(gpus / per_trial_gpu + 1e-9))
+    else:
+        side_by_side = max(1, math.floor((cpus or os.cpu_count() or 1) / config.resources.cpu + 1e-9))
+    if space is not None and space.search.max_concurrent_trials:
+        side_by_side = min(side_by_side, space.search.max_concurrent_trials)
+    wall = sum(math.ceil(trials / side_by_side) * trial_seconds for _, trials in cells)
+    trials = sum(t for _, t in cells)
+    return {"seconds_per_round": steady, "trial_seconds": trial_seconds, "trials": trials, "seeds": seeds,
+            "rounds": rounds, "side_by_side": side_by_side, "wall_seconds": wall,
+            "gpu_hours": trials * trial_seconds * per_trial_gpu / 3600.0}
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _bytes(n: Optional[int]) -> str:
+    return "n/a" if n is None else f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def estimate_text(measured: dict, prediction: dict, config, space=None, gpus: int = 1) -> str:
+    rounds = measured["round_seconds"]
+    device = "GPU" if measured["gpu_bytes"] is not None else f"CPU ({os.cpu_count()} cores)"
+    lines = [f"measured on {device}: start-up {measured['setup_seconds']:.1f} s; seconds per round "
+             + ", ".join(f"{s:.2f}" for s in rounds) + f" (steady: {prediction['seconds_per_round']:.2f} s)",
+             f"peak memory: {_bytes(measured['rss_bytes'])} resident (largest actor)"
+             + (f", {_bytes(measured['gpu_bytes'])} GPU" if measured["gpu_bytes"] is not None else "")]
+    what = (f"sweep {space.name}: {prediction['trials']} trial(s)" if space is not None else "this run: 1 trial")
+    lines.append(f"{what} x {prediction['seeds']} seed(s) x {prediction['rounds']} round(s); one trial ≈ "
+                 f"{_duration(prediction['trial_seconds'])}")
+    per_gpu = config.resources.gpu
+    if per_gpu > 0:
+        lines.append(f"predicted on {gpus} GPU(s) ({prediction['side_by_side']} trial(s) at once, {per_gpu:g} GPU "
+                     f"each): wall time ≈ {_duration(prediction['wall_seconds'])}, "
+                     f"{prediction['gpu_hours']:.2f} GPU-hours")
+    else:
+        lines.append(f"predicted on {os.cpu_count()} CPU(s) ({prediction['side_by_side']} trial(s) at once): wall "
+                     f"time ≈ {_duration(prediction['wall_seconds'])} (the trials ask for no GPU: 0 GPU-hours)")
+    if space is not None and space.search.scheduler.kind == "asha":
+        lines.append("ASHA stops trials early: the sweep takes at most this")
+    return "\n".join(lines)
+
+
+def estimate(config, space=None, gpus: Optional[int] = None, address: Optional[str] = None,
+             dashboard: bool = False, cache=None, log=print) -> str:
+    """Measure ``config``'s first rounds here and predict the run or sweep (see the module docstring)."""
+    from platform.cli import connect_ray
+
+    measured_config = measurement_config(config, log)
+    connect_ray(address, dashboard)
+    log(f"estimate: running {measured_config.rounds if measured_config.mode != 'one_round' else 1} round(s) of "
+        f"{measured_config.algorithm.name} on {measured_config.dataset.name}, seed {measured_config.seed} ...")
+    measured = measure(measured_config, cache)
+    gpus = gpus if gpus is not None else max(_cuda_devices(), 1)
+    prediction = predict(measured, config, space, gpus=gpus)
+    return estimate_text(measured, prediction, config, space, gpus)
