@@ -259,7 +259,7 @@ def main(argv=None) -> int:
 def _plan(args, overrides: list[str]) -> int:
     """``--dry-run`` (the resolved config, no Ray) or ``--estimate`` (the first rounds measured; with a search space,
     its whole sweep predicted)."""
-    from platform.plan import estimate, run_plan
+    from platform.preflight.plan import estimate, run_plan
     from platform.preflight import check_settings
 
     config, name = resolve_config(args.config, overrides, args.preset, check=check_settings)

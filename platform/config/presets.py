@@ -233,6 +233,8 @@ def same_value(ours: Any, paper: Any) -> bool:
         return len(ours) == len(paper) and all(same_value(a, b) for a, b in zip(ours, paper))
     if isinstance(ours, dict) and isinstance(paper, dict):
         return ours.keys() == paper.keys() and all(same_value(ours[k], paper[k]) for k in ours)
+    if isinstance(ours, bool) or isinstance(paper, bool):
+        return isinstance(ours, bool) and isinstance(paper, bool) and ours == paper
     numbers = (int, float)
     if isinstance(ours, numbers) and isinstance(paper, numbers) and not isinstance(ours, bool) \
             and not isinstance(paper, bool):

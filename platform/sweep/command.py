@@ -221,7 +221,7 @@ def main(argv=None) -> int:
 
 def _plan(args, space, base_config) -> int:
     """``--dry-run`` (the plan, no Ray) or ``--estimate`` (one trial's first rounds measured, the sweep predicted)."""
-    from platform.plan import estimate, sweep_plan
+    from platform.preflight.plan import estimate, sweep_plan
 
     if args.dry_run:
         print(sweep_plan(space, base_config))

@@ -19,7 +19,7 @@ FLOORS = {
     "platform.config": 2, "platform.stages": 2,
     "platform.data": 3,
     "platform.runtime": 4, "platform.results": 4,
-    "platform.preflight": 5, "platform.plan": 5,
+    "platform.preflight": 5,
     "platform.run": 6, "platform.report": 6, "platform.sweep": 6,
 }
 SIDEWAYS: set[tuple[str, str]] = set()

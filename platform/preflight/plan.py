@@ -149,21 +149,19 @@ def _cuda_devices() -> int:
 def measurement_config(config, log=print):
     """The config ``--estimate`` measures: ``config`` on its own seed, at most :data:`MEASURED_ROUNDS` rounds, on
     stand-in data where the files are absent, on CPUs where the trial asks for a GPU and none is here."""
-    from platform.config.experiment import apply_overrides, build_experiment
+    import dataclasses
 
     changes: dict = {}
     if not getattr(config, "stand_in", False) and "NOT FOUND" in data_status(config):
         changes["stand_in"] = True
         log(f"estimate: {config.dataset.name} files not found here: measuring on stand-in data of the same shapes")
     if config.resources.gpu > 0 and _cuda_devices() == 0:
-        changes["resources.gpu"] = 0
+        changes["resources"] = dataclasses.replace(config.resources, gpu=0.0)
         log(f"estimate: no GPU here: measuring on {os.cpu_count()} CPU(s); the figures are the CPU's, run "
             f"--estimate on a GPU node for GPU figures")
     if config.mode != "one_round":
         changes["rounds"] = min(config.rounds, MEASURED_ROUNDS)
-    if not changes:
-        return config
-    return build_experiment(apply_overrides(to_dict(config), changes))
+    return dataclasses.replace(config, **changes) if changes else config
 
 
 def measure(config, cache=None) -> dict:
@@ -178,8 +176,10 @@ def measure(config, cache=None) -> dict:
                                     cache=cache)
     setup = time.perf_counter() - started
     try:
-        rounds = ([run_one_round(federations, cache)] if config.mode == "one_round"
-                  else list(run_rounds(federations, config.rounds)))
+        if config.mode == "one_round":  # the second finds the clients' stage in the cache, as later trials do
+            rounds = [run_one_round(federations, cache) for _ in range(MEASURED_ROUNDS if cache is not None else 1)]
+        else:
+            rounds = list(run_rounds(federations, config.rounds))
         peaks = federations[0].peak_memory()
     finally:
         stop_federations(federations)
@@ -193,8 +193,11 @@ def predict(measured: dict, config, space=None, gpus: int = 1, cpus: Optional[in
     docstring). ``gpus``/``cpus``: the cluster the prediction is for."""
     steady = measured["round_seconds"][-1]
     seeds = len(space.seeds) if space is not None else 1
-    rounds = config.rounds if config.mode != "one_round" else 1
+    one_round = config.mode == "one_round"
+    rounds = 1 if one_round else config.rounds
     trial_seconds = measured["setup_seconds"] + steady * rounds * seeds
+    # one_round: a cell's first trials train the clients (the first measured round); later ones re-aggregate
+    first_seconds = measured["setup_seconds"] + measured["round_seconds"][0] * seeds if one_round else trial_seconds
     cells = cell_trials(space) if space is not None else [("", 1)]
     per_trial_gpu = config.resources.gpu
     if per_trial_gpu > 0:
@@ -203,11 +206,12 @@ def predict(measured: dict, config, space=None, gpus: int = 1, cpus: Optional[in
         side_by_side = max(1, math.floor((cpus or os.cpu_count() or 1) / config.resources.cpu + 1e-9))
     if space is not None and space.search.max_concurrent_trials:
         side_by_side = min(side_by_side, space.search.max_concurrent_trials)
-    wall = sum(math.ceil(trials / side_by_side) * trial_seconds for _, trials in cells)
+    wall = sum(first_seconds + (math.ceil(trials / side_by_side) - 1) * trial_seconds for _, trials in cells)
     trials = sum(t for _, t in cells)
-    return {"seconds_per_round": steady, "trial_seconds": trial_seconds, "trials": trials, "seeds": seeds,
-            "rounds": rounds, "side_by_side": side_by_side, "wall_seconds": wall,
-            "gpu_hours": trials * trial_seconds * per_trial_gpu / 3600.0}
+    busy = sum(first_seconds + (t - 1) * trial_seconds for _, t in cells)
+    return {"seconds_per_round": steady, "trial_seconds": trial_seconds, "first_trial_seconds": first_seconds,
+            "trials": trials, "seeds": seeds, "rounds": rounds, "side_by_side": side_by_side, "wall_seconds": wall,
+            "gpu_hours": busy * per_trial_gpu / 3600.0}
 
 
 def _duration(seconds: float) -> str:
@@ -230,8 +234,11 @@ def estimate_text(measured: dict, prediction: dict, config, space=None, gpus: in
              f"peak memory: {_bytes(measured['rss_bytes'])} resident (largest actor)"
              + (f", {_bytes(measured['gpu_bytes'])} GPU" if measured["gpu_bytes"] is not None else "")]
     what = (f"sweep {space.name}: {prediction['trials']} trial(s)" if space is not None else "this run: 1 trial")
-    lines.append(f"{what} x {prediction['seeds']} seed(s) x {prediction['rounds']} round(s); one trial ≈ "
-                 f"{_duration(prediction['trial_seconds'])}")
+    first = prediction["first_trial_seconds"]
+    each = (f"one trial ≈ {_duration(prediction['trial_seconds'])}" if first == prediction["trial_seconds"] else
+            f"a cell's first trial ≈ {_duration(first)} (trains the clients), later ones ≈ "
+            f"{_duration(prediction['trial_seconds'])} (the clients' stage cached)")
+    lines.append(f"{what} x {prediction['seeds']} seed(s) x {prediction['rounds']} round(s); {each}")
     per_gpu = config.resources.gpu
     if per_gpu > 0:
         lines.append(f"predicted on {gpus} GPU(s) ({prediction['side_by_side']} trial(s) at once, {per_gpu:g} GPU "

@@ -1,0 +1,57 @@
+"""``--dry-run`` text and ``--estimate``'s prediction (the measuring itself runs in tests/integration/test_plan.py)."""
+import copy
+
+import yaml
+
+from platform.config.search_space import load_search_space
+from platform.preflight.plan import cell_trials, predict, sweep_plan
+from tests.unit.test_presets import SPACE
+
+
+def _space(tmp_path, preset=None, **search):
+    space = copy.deepcopy(SPACE)
+    (space["presets"]["paper"] if preset else space)["search"].update(search)
+    if preset:
+        space["presets"]["paper"]["cite"].update({f"search.{k}": {"paper": None, "where": "platform"} for k in search})
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    return load_search_space(str(path), preset=preset)
+
+
+def test_dry_run_text_names_what_would_run(tmp_path):
+    space = _space(tmp_path, "paper", seeds=[0, 1, 2])
+    text = sweep_plan(space, space.trial_config({}))
+    assert text.splitlines()[0] == "sweep space --preset paper (ten clients of five): dry run, nothing started"
+    assert "data: digits (embedded): found" in text
+    assert "cell  1  partition.alpha=10: 2 trial(s) (tpe)" in text
+    assert "cell  2  partition.alpha=0.1: 2 trial(s) (tpe)" in text
+    assert "seeds: [0, 1, 2]" in text and "rounds per trial: 4" in text
+    assert "resources per trial: cpu 1, gpu 0.5" in text
+    assert "total: 4 trial(s) x 3 seed(s) = 12 run(s)" in text
+    assert "clients_per_round: 5" in text  # the resolved config
+
+
+def test_grid_trials_per_cell(tmp_path):
+    raw = copy.deepcopy(SPACE)
+    raw["parameters"]["clients.lr"] = {"choice": [0.01, 0.05, 0.1]}
+    raw["search"].update(searcher="grid", num_samples=2)
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert cell_trials(load_search_space(str(path))) == [("", 12)]  # 3 x 2 grid points x 2 repetitions
+    assert cell_trials(load_search_space(str(path), {"clients.lr": 0.05})) == [("", 4)]  # pinned: momentum only
+
+
+def test_prediction_scales_one_trial_to_the_sweep(tmp_path):
+    space = _space(tmp_path, "paper", seeds=[0, 1], num_samples=5)  # 2 cells x 5 trials, 0.5 GPU each
+    config = space.cell_space(0).trial_config({})
+    measured = {"round_seconds": [3.0, 1.0], "setup_seconds": 2.0, "rss_bytes": 1, "gpu_bytes": None}
+    one_gpu = predict(measured, config, space, gpus=1)
+    trial = 2.0 + 1.0 * 4 * 2  # set-up + steady round x 4 rounds x 2 seeds
+    assert one_gpu["trial_seconds"] == trial and one_gpu["trials"] == 10 and one_gpu["side_by_side"] == 2
+    assert one_gpu["wall_seconds"] == 2 * 3 * trial  # per cell ceil(5 / 2) = 3 waves, cells one after another
+    assert abs(one_gpu["gpu_hours"] - 10 * trial * 0.5 / 3600) < 1e-12
+    eight = predict(measured, config, space, gpus=8)
+    assert eight["side_by_side"] == 16 and eight["wall_seconds"] == 2 * trial
+    assert eight["gpu_hours"] == one_gpu["gpu_hours"]  # more GPUs: sooner, not cheaper
+    capped = _space(tmp_path, "paper", seeds=[0, 1], num_samples=5, max_concurrent_trials=1)
+    assert predict(measured, config, capped, gpus=8)["wall_seconds"] == 2 * 5 * trial
