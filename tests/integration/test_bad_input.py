@@ -57,6 +57,8 @@ CASES = {
                                    "3.333 clients would be rounded to cnn 3, mlp 3, leaf_cnn 4"),
     "a key with a newline": (["platform.run", "smoke", "--set", "partition.x\ny=1"],
                              "partition.x\\ny: unknown key; allowed in partition: "),
+    "unknown preset": (["platform.sweep", "smoke", "--preset", "paper", "--dry-run"],
+                       "--preset: unknown preset 'paper' for search space 'smoke'; allowed: none"),
     "a value of 10 kB": (["platform.sweep", "smoke", "--set", "algorithm.name=" + "z" * 10_000],
                          "algorithm.name: unknown algorithm 'zzz"),
 }

@@ -1,0 +1,55 @@
+"""``--dry-run`` and ``--estimate`` as a user runs them: a fresh interpreter, a space with a preset."""
+import os
+
+import yaml
+
+from tests.conftest import run_cli
+from tests.unit.test_presets import SPACE
+
+
+def _space_file(tmp_path) -> str:
+    path = tmp_path / "spaces" / "tiny.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(SPACE, sort_keys=False))
+    return str(path)
+
+
+def test_dry_run_prints_the_plan_without_starting_ray(tmp_path):
+    space = _space_file(tmp_path)
+    ray_tmp = tmp_path / "ray"
+    ray_tmp.mkdir()
+    env = {"RAY_TMPDIR": str(ray_tmp), "RAY_ADDRESS": ""}
+    result = run_cli("platform.sweep", space, "--preset", "paper", "--dry-run", "--set", "rounds=5",
+                     cwd=str(tmp_path), env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("sweep tiny --preset paper (ten clients of five): dry run, nothing started")
+    assert "rounds: 5" in out and "rounds per trial: 5" in out  # --set lands on top of the preset
+    assert "cell  2  partition.alpha=0.1: 2 trial(s) (tpe)" in out
+    assert os.listdir(ray_tmp) == []  # no Ray session was started
+    assert sorted(os.listdir(tmp_path)) == ["ray", "spaces"]  # nothing written: no MLflow store, no Tune storage
+    run = run_cli("platform.run", space, "--preset", "paper", "--dry-run", cwd=str(tmp_path), env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("run tiny --preset paper (ten clients of five)") and "clients_per_round: 5" in run.stdout
+
+
+def test_a_preset_needs_a_search_space(tmp_path):
+    config = tmp_path / "experiment.yaml"
+    config.write_text(yaml.safe_dump(SPACE["base"]))
+    result = run_cli("platform.run", str(config), "--preset", "paper", "--dry-run", cwd=str(tmp_path), timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("error: --preset: ") and "is an experiment config" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_estimate_measures_rounds_and_predicts_the_sweep(tmp_path):
+    space = _space_file(tmp_path)
+    env = {"RAY_ADDRESS": "", "FEDSWEEP_HOME": str(tmp_path / "home")}
+    result = run_cli("platform.run", space, "--preset", "paper", "--estimate", "--gpus", "2", "--address", "local",
+                     cwd=str(tmp_path), env=env, timeout=300)
+    assert result.returncode == 0, result.stderr + result.stdout
+    out = result.stdout
+    assert "estimate: no GPU here: measuring on" in out  # the preset asks for half a GPU; none here
+    assert "seconds per round" in out and "peak memory:" in out
+    assert "sweep tiny: 4 trial(s) x 1 seed(s) x 4 round(s)" in out
+    assert "predicted on 2 GPU(s) (4 trial(s) at once, 0.5 GPU each): wall time" in out and "GPU-hours" in out
