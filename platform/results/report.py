@@ -298,7 +298,9 @@ def header_blocks(results: SweepResults, objective: Objective) -> list[Block]:
     statuses = Counter(t.status for t in results.trials)
     status = (f"**still running** (trials as far as they got: each one's latest values)" if results.running
               else results.status)
-    items = [f"**Status:** {status}",
+    setting = (f"preset `{results.preset}` (`--preset {results.preset}`; its values and sources: "
+               f"docs/paper_settings.md)" if results.preset else "the space's embedded default (no `--preset`)")
+    items = [f"**Status:** {status}", f"**Setting:** {setting}",
              f"**Parent run:** `{results.parent_run_id}` ({results.parent_name}), experiment {results.experiment_id}",
              f"**Seeds:** {', '.join(map(str, results.seeds)) or 'n/a'} (mean ± population std over seeds)",
              f"**Searcher:** {results.searcher or 'n/a'}" + (f", {results.num_samples} sample(s)"
