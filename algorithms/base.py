@@ -182,6 +182,7 @@ class Metric:
     name: str
     mode: str  # "max" or "min"
     doc: str = ""
+    headline: bool = False  # one of the method's results (printed by platform.run, logged per seed by a sweep)
 
 
 #: Reported for every method: the global model on the server's validation and test splits, and the clients'
@@ -351,6 +352,15 @@ class Algorithm:
             declared += CLIENT_EVALUATION_METRICS
         declared += cls.metrics
         return {m.name: m for m in declared}
+
+    @classmethod
+    def headline_metrics(cls) -> tuple[str, ...]:
+        """The metrics that are this method's results: validation and test accuracy and loss (the clients' own with
+        ``evaluates_clients``) and the method's own ``headline`` metrics (FedED's teacher, ``ensemble_accuracy``)."""
+        standard = [m.name for m in STANDARD_METRICS if m.name != "train_loss"]
+        if cls.evaluates_clients:
+            standard += [m.name for m in CLIENT_EVALUATION_METRICS]
+        return tuple(dict.fromkeys([*standard, *(m.name for m in cls.metrics if m.headline)]))
 
     def init_server_state(self, ctx: ServerContext) -> ServerState:
         return ServerState(weights=initial_weights(ctx))

@@ -333,7 +333,8 @@ class FedED(Algorithm):
     heterogeneous_models = True
     clients_see_test_inputs = True
     metrics = (
-        Metric("ensemble_accuracy", "max", "the configured scheme's weighted client ensemble on the test set"),
+        Metric("ensemble_accuracy", "max", "the teacher: the configured scheme's weighted client ensemble on the test "
+                                           "set", headline=True),
         *(Metric(f"ensemble_{scheme}_accuracy", "max", f"the {scheme} ensemble on the test set")
           for scheme in ("w0", "w1", "w2", "mean")),
         Metric("student_train_loss", "min", "distillation loss of the student"),

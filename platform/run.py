@@ -132,9 +132,12 @@ def profile_table(rounds: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _format(metrics: dict) -> str:
-    figures = [f"{k} {metrics[k]:.4f}" for k in ("val_accuracy", "test_accuracy", "test_loss", "train_loss")
-               if k in metrics]
+def _format(metrics: dict, headline: tuple[str, ...] = ()) -> str:
+    """One round's line: the method's headline metrics (validation, test, its own such as FedED's teacher
+    ``ensemble_accuracy``), then the training loss."""
+    accuracies = [k for k in headline if not k.endswith("_loss")]  # losses: test and training only, for one line
+    names = dict.fromkeys((*accuracies, "val_accuracy", "test_accuracy", "test_loss", "train_loss"))
+    figures = [f"{k} {metrics[k]:.4f}" for k in names if isinstance(metrics.get(k), (int, float))]
     return f"round {metrics['round']:>3}  " + "  ".join(figures) + f"  {metrics['seconds']:.2f}s"
 
 
@@ -343,13 +346,16 @@ def _run_rounds(federations, config, args, tracker, run_id, clock: Optional[Star
     from platform.runtime.trial import run_one_round, run_rounds
     from platform.results.tracking import log_arrays
 
+    from algorithms import resolve_algorithm
+
+    headline = resolve_algorithm(config.algorithm.name).headline_metrics()
     rounds = ([run_one_round(federations, open_cache(args.cache_dir, not args.no_cache))]
               if config.mode == "one_round" else run_rounds(federations, config.rounds))
     profile = []
     for metrics in rounds:
         arrays = metrics.pop(RESULT_ARRAYS, None)
         paths = metrics.pop(RESULT_CLIENT_PATHS, None)  # not a metric: --profile prints it
-        print(_format(metrics), flush=True)
+        print(_format(metrics, headline), flush=True)
         started = time.perf_counter()
         if tracker:
             tracker.log_metrics(run_id, {k: v for k, v in metrics.items() if k != "round"}, step=metrics["round"])

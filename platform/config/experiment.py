@@ -190,6 +190,11 @@ class SeedsConfig:
     sampling: Optional[int] = spec(None, doc="Client sampling per round.", ge=0)
     training: Optional[int] = spec(None, doc="Local training: batch order, augmentation.", ge=0)
     noise: Optional[int] = spec(None, doc="Noise a method adds (DP, Langevin dynamics).", ge=0)
+    split: Optional[int] = spec(None, doc="The shared splits of the training pool: the server's validation split "
+                                          "and a public split taken from it. Like the test set they do not move "
+                                          "with the replicate seed, so a sweep's replicate S and platform.run "
+                                          "--set seed=S see the same data; null = the partition stream of seed 0 "
+                                          "(seeds.partition when that is set).", ge=0)
     partition_from_seed: bool = spec(False, doc="The partition seed is the top-level seed itself, not a seed "
                                                 "derived from it: a sweep's replicate seed s partitions with "
                                                 "seed s, as reference code that seeds everything with the run "
@@ -261,6 +266,15 @@ class ExperimentConfig:
         if stream == "partition" and self.seeds.partition_from_seed:
             return self.seed
         return int(np.random.SeedSequence([self.seed, SEED_STREAMS.index(stream)]).generate_state(1)[0])
+
+    def split_seed(self) -> int:
+        """The seed of the shared data splits (``seeds.split``): independent of the replicate seed ``seed``; by default
+        the partition stream's seed for seed 0, so seed 0 keeps the splits it always had."""
+        if self.seeds.split is not None:
+            return self.seeds.split
+        if self.seeds.partition is not None:
+            return self.seeds.partition
+        return dataclasses.replace(self, seed=0).stream_seed("partition")
 
     def to_dict(self) -> dict:
         data = to_dict(self)

@@ -220,6 +220,26 @@ class SearchSpace:
     reference: Optional[Reference] = None  # the paper's values for the question (``reference:``)
     preset: Optional[Preset] = None  # the ``presets:`` entry laid over the file (``--preset``), if any
     presets: tuple = ()  # the names of the space's presets
+    overrides: dict = field(default_factory=dict)  # the --set values it was loaded with
+
+    def rerun_command(self, values: dict) -> str:
+        """The ``python -m platform.run`` line that runs one configuration of this space alone: the space (by name, or
+        by its path where the name would find another file), its preset, every ``--set`` it was loaded with, then
+        ``values`` (a cell's, a trial's). Add ``--set seed=S`` for replicate S."""
+        import json
+        import shlex
+
+        try:
+            found = os.path.abspath(find_search_space(self.name))
+        except UserError:
+            found = None
+        parts = ["python", "-m", "platform.run", self.name if found == self.path else self.path]
+        if self.preset is not None:
+            parts += ["--preset", self.preset.name]
+        for key, value in {**self.overrides, **values}.items():
+            text = json.dumps(value) if isinstance(value, (list, dict)) else _scalar(value)
+            parts += ["--set", f"{key}={text}"]
+        return " ".join(shlex.quote(p) for p in parts)
 
     @property
     def preset_name(self) -> Optional[str]:
@@ -344,7 +364,7 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
                                                       "use searcher: tpe or random for ranges")
     space = SearchSpace(os.path.splitext(os.path.basename(path))[0], os.path.abspath(path),
                         str(raw.get("description") or ""), base, parameters, search, scenarios, reference,
-                        presets.get(preset) if preset else None, tuple(presets))
+                        presets.get(preset) if preset else None, tuple(presets), dict(overrides or {}))
     if scenarios:
         configs = _validate_cells(space, check)
     else:

@@ -55,12 +55,14 @@ class SharedData:
     pretrained: Optional[dict] = None
     # public.source image: the pool's first crops, uint8 [<=64, 3, S, S], for the logged grid (public/patches.png)
     public_samples: Optional[np.ndarray] = None
+    split_seed: Optional[int] = None  # seeds.split the public and validation splits were taken with
 
     def serves(self, config) -> bool:
         """Whether this data serves ``config``: the same dataset, public pool and validation split, and, when
         ``config`` pre-trains, every (architecture, seed) it needs prepared."""
         return (self.dataset == config.dataset and self.public == config.public
-                and self.val_fraction == config.server.val_fraction and self.missing_pretrained(config) == [])
+                and self.val_fraction == config.server.val_fraction and (self.split_seed == config.split_seed() or (self.val_ref is None and self.public_ref is None))
+                and self.missing_pretrained(config) == [])
 
     def missing_pretrained(self, config) -> list[str]:
         """The architectures of ``config`` whose pre-trained features this data does not hold."""
@@ -101,19 +103,20 @@ def load_shared_data(config, cache=None) -> LocalData:
     training pool (never from the test set): all of :func:`share_dataset` but the object store. Needs no Ray, so a
     command can do it while its Ray instance starts (platform.run).
 
-    Both splits are part of the shared data, so they are the same for every seed of a sweep (seeded by the
-    base config's partition stream; the spec's ``first_half`` public split does not depend on any seed; the
-    source-image crop pool uses ``public.seed`` when set). ``cache``: the stage cache the source-image crop pool
+    Both splits are part of the shared data, so they are the same for every seed of a sweep, and for
+    ``platform.run --set seed=S`` (seeded by ``seeds.split``, :meth:`ExperimentConfig.split_seed`, never by the
+    replicate seed; the spec's ``first_half`` public split does not depend on any seed; the source-image crop pool
+    uses ``public.seed`` when set). ``cache``: the stage cache the source-image crop pool
     is read from or stored in (None: generated here, not stored).
     """
     train, test = load_dataset(config.dataset)
     public_x = val = samples = None
     if config.public.source != "none":
-        split = take_public(train, config.public, config.stream_seed("partition"), config.dataset, cache=cache)
+        split = take_public(train, config.public, config.split_seed(), config.dataset, cache=cache)
         train, public_x, samples = split.local, split.x, split.samples
         del split
     if config.server.val_fraction > 0:
-        keep, held = server_validation_split(train.y, config.server.val_fraction, config.stream_seed("partition"))
+        keep, held = server_validation_split(train.y, config.server.val_fraction, config.split_seed())
         val = (np.ascontiguousarray(train.x[held]), train.y[held])
         train = _subset(train, keep)
     return LocalData(train, test, public_x, samples, val)
@@ -128,7 +131,8 @@ def share_dataset(config, cache=None, loaded: Optional[LocalData] = None) -> Sha
     val_ref = None if data.val is None else ray.put(data.val)
     return SharedData(config.dataset, ray.put((train.x, train.y)), ray.put((data.test.x, data.test.y)), train.y,
                       train.input_shape, train.num_classes, train.groups, train.coarse_y, config.public, public_ref,
-                      config.server.val_fraction, val_ref, public_samples=data.public_samples)
+                      config.server.val_fraction, val_ref, public_samples=data.public_samples,
+                      split_seed=config.split_seed())
 
 
 class InProcess:

@@ -123,7 +123,10 @@ def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: Sha
         raise
     clean = False
     try:
-        per_seed_metrics = tuple(dict.fromkeys((*PER_SEED_METRICS, *search_metrics)))
+        from algorithms import resolve_algorithm
+
+        headline = resolve_algorithm(config.algorithm.name).headline_metrics()
+        per_seed_metrics = tuple(dict.fromkeys((*PER_SEED_METRICS, *headline, *search_metrics)))
         _run_trial(federations, config, one_round, checkpoint_every, cache_root, use_cache, per_seed_metrics,
                    numeric=("round", *search_metrics, *REPORTED_TEST_METRICS))
         clean = True

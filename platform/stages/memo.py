@@ -22,6 +22,7 @@ def memo_fields(config, client_id: Optional[int]) -> dict[str, Any]:
     """The config values a context's data depend on (the upstream part of every memo key)."""
     fields = {k: v for k, v in config.flat().items() if k.startswith(_DATA_SECTIONS)}
     fields.update({"seed": config.seed, "seeds.partition": config.stream_seed("partition"),
+                   "seeds.split": config.split_seed(),
                    "seeds.init": config.seeds.init,
                    "server.val_fraction": config.server.val_fraction,
                    "context": "server" if client_id is None else f"client {int(client_id)}"})

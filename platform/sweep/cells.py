@@ -110,7 +110,6 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
     failed = sum(1 for r in grid if r.error is not None)
     row = {"cell": info["number"], "scenario": info["label"], "values": dict(cell),
            "sampler_seed": info["sampler_seed"], "trials_failed": failed}
-    rerun = " ".join(f"--set {k}={v}" for k, v in cell.items())
     if search.multi_objective:
         complete = [r for r in _front_rows(grid, cell_space, callback)
                     if all(objective_value(r, m) is not None for m, _ in search.objectives)]
@@ -118,7 +117,7 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
         row.update({"trials_finished": len(complete), "pareto_size": len(front), "front": front,
                     **{f"{METRIC_BEST}{m}": (max if d == "max" else min)(objective_value(r, m) for r in complete)
                        for m, d in search.objectives if complete},
-                    "rerun": f"python -m platform.run {cell_space.name}{_preset_flag(cell_space)} {rerun}"})
+                    "rerun": cell_space.rerun_command(cell)})
         return row
     metric, mode = search.metric, search.mode
     finished, row["trials_diverged"] = _ranked_results(grid, metric)
@@ -137,13 +136,8 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
             if best.metrics.get(name) is not None:
                 row[name] = best.metrics[name]
     row["params"] = params
-    row["rerun"] = f"python -m platform.run {cell_space.name}{_preset_flag(cell_space)} {rerun} " + " ".join(
-        f"--set {k}={v}" for k, v in params.items())
+    row["rerun"] = cell_space.rerun_command({**cell, **params})
     return row
-
-
-def _preset_flag(space) -> str:
-    return f" --preset {space.preset_name}" if space.preset_name else ""
 
 
 def _cells_csv(rows: list[dict], space) -> str:

@@ -270,8 +270,8 @@ def _report(grid, space, tracker, parent_run_id, callback, answer, sweep_dir: st
           f"{best.metrics.get('round')}{reported}")
     for k, v in params.items():
         print(f"  {k} = {v}")
-    rerun = " ".join(f"--set {k}={v}" for k, v in params.items())
-    preset = f" --preset {space.preset_name}" if space.preset_name else ""
-    print(f"rerun it alone: python -m platform.run {space.name}{preset} {rerun}")
+    seeds = space.seeds
+    tail = f" --set seed=S  (S: a replicate, one of {seeds})" if len(seeds) > 1 else ""
+    print(f"rerun it alone: {space.rerun_command(params)}{tail}")
     print(f"tune storage: {sweep_dir}")
     return "FINISHED"

@@ -1,0 +1,50 @@
+"""A sweep's replicate reruns alone: the printed rerun line (space, every --set, the trial's values) with
+``--set seed=S`` reproduces what the sweep logged for seed S, metric for metric."""
+import re
+import shlex
+
+from tests.conftest import mlflow_runs
+
+SPACE = {
+    "description": "replicate rerun",
+    "base": {"dataset": {"name": "digits"}, "partition": {"kind": "dirichlet", "alpha": 0.5}, "model": {"name": "cnn"},
+             "algorithm": {"name": "fedavg"},
+             "clients": {"num_clients": 10, "clients_per_round": 5, "local_epochs": 1, "batch_size": 16, "lr": 0.05,
+                         "momentum": 0.9},
+             "rounds": 2, "seed": 0},
+    "parameters": {"clients.lr": {"loguniform": [0.02, 0.2]}},
+    "search": {"searcher": "tpe", "num_samples": 1, "scheduler": {"kind": "none"}, "seeds": [3, 4],
+               "max_concurrent_trials": 1},
+    "resources": {"cpu": 2, "gpu": 0},
+}
+COMPARED = ("val_accuracy", "test_accuracy", "val_loss", "test_loss")
+
+
+def test_the_rerun_line_with_a_seed_reproduces_that_replicate(ray_local, tmp_path, tracking_uri, capsys):
+    import yaml
+
+    from platform.run import main as run_main
+    from platform.sweep.command import main as sweep_main
+
+    path = tmp_path / "replicates.yaml"
+    path.write_text(yaml.safe_dump(SPACE, sort_keys=False))
+    rc = sweep_main([str(path), "--set", "partition.alpha=0.3", "--tracking-uri", tracking_uri, "--storage-path",
+                     str(tmp_path / "tune"), "--cache-dir", str(tmp_path / "cache"), "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    line = re.search(r"rerun it alone: (.+?) --set seed=S", out).group(1)
+    argv = shlex.split(line)
+    assert argv[:4] == ["python", "-m", "platform.run", str(path)]  # a file path: its path, not only its stem
+    assert "partition.alpha=0.3" in argv  # the user's --set is carried
+    assert any(a.startswith("clients.lr=") for a in argv)  # the trial's sampled value
+    client, runs = mlflow_runs(tracking_uri, "replicates")
+    trial = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
+    rc = run_main(argv[3:] + ["--set", "seed=4", "--tracking-uri", tracking_uri, "--experiment", "rerun",
+                              "--cache-dir", str(tmp_path / "cache")])
+    assert rc == 0
+    _, reruns = mlflow_runs(tracking_uri, "rerun")
+    alone = reruns[0].data.metrics
+    for metric in COMPARED:
+        assert alone[metric] == trial.data.metrics[f"{metric}/seed_4"], metric  # exactly, not approximately
+    assert alone["val_accuracy"] != trial.data.metrics["val_accuracy/seed_3"] or \
+        alone["test_loss"] != trial.data.metrics["test_loss/seed_3"]  # seed 4, not any seed
