@@ -16,9 +16,10 @@ targets; ``aggregate`` may train on server-side data (distillation) using :class
 
 Per-client state (a personalised model, an optimiser) lives in ``ClientContext.state``: a dict the runtime
 loads from its client-state store before ``client_update`` and saves after it; methods that use it declare
-``keeps_client_state``. Random numbers come from the contexts' generators only: ``generator`` (batch order,
-augmentation; the training seed) and ``noise_generator`` (DP and Langevin noise; the noise seed), so a sweep
-over a noise scale redraws only the noise.
+``keeps_client_state``. Random numbers come from the contexts' generators only: ``generator`` (batch order; the
+training seed), ``augment_generator`` (``clients.augment``'s crops and flips; the training seed, its own stream)
+and ``noise_generator`` (DP and Langevin noise; the noise seed), so a sweep over a noise scale redraws only the
+noise and switching augmentation on leaves the batch order as it was.
 """
 from __future__ import annotations
 
@@ -139,6 +140,10 @@ class ClientContext:
     #: from it), as a generator of its own: batched training (:meth:`Algorithm.client_update_many`) draws each
     #: client's dropout masks from it, so both paths draw the same masks. None outside the platform.
     dropout_generator: Optional[torch.Generator] = None
+    #: ``clients.augment``'s crops and flips (pass it to ``train_local`` as ``augment_generator``): seeded by
+    #: (training seed, round, client, an augmentation key), a stream of its own, so augmentation does not change the
+    #: batch order ``generator`` draws. None outside the platform (then ``training.augment`` must be ``none``).
+    augment_generator: Optional[torch.Generator] = None
     #: the flat weights ``model`` had when built (the seeded initialisation of its architecture): where a
     #: personalised model starts. ``model`` itself holds whatever the previous client on this actor left in it.
     initial_weights: Optional[torch.Tensor] = None

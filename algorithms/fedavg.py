@@ -45,7 +45,7 @@ class FedAvg(Algorithm):
             return ClientUpdate(weight=0.0, tensors={"delta": torch.zeros_like(start)}, metrics={"train_loss": 0.0})
         set_flat_weights(client.model, start)
         loss = train_local(client.model, client.x, client.y, client.training, client.generator,
-                           extra_loss=self.proximal_term(client, payload))
+                           extra_loss=self.proximal_term(client, payload), augment_generator=client.augment_generator)
         delta = get_flat_weights(client.model) - start
         return ClientUpdate(weight=float(client.num_samples), tensors={"delta": delta}, metrics={"train_loss": loss})
 
@@ -74,7 +74,8 @@ class FedAvg(Algorithm):
             first.model, [c.x for c in training], [c.y for c in training], first.training,
             [c.generator for c in training], [c.dropout_generator for c in training]
             if all(c.dropout_generator is not None for c in training) else None,
-            extra_loss=self.proximal_term(first, payload)) if training else (None, [])
+            extra_loss=self.proximal_term(first, payload),
+            augment_generators=[c.augment_generator for c in training]) if training else (None, [])
         trained = {id(c): i for i, c in enumerate(training)}
         updates = []
         for c in clients:

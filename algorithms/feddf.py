@@ -241,7 +241,8 @@ class FedDF(Algorithm):
         clip = self.hp.logit_clip
         loss_fn = F.cross_entropy if clip is None else (lambda z, y: F.cross_entropy(logit_norm(z, clip), y))
         loss = train_local(model, client.x, client.y, client.training, client.generator,
-                           extra_loss=self.proximal_term(client, payload), loss_fn=loss_fn)
+                           extra_loss=self.proximal_term(client, payload), loss_fn=loss_fn,
+                           augment_generator=client.augment_generator)
         tensors = {"delta": get_flat_weights(model) - start}
         if public_x is not None and len(public_x) > 0:
             tensors["public_logits"] = predict_logits(model, public_x)

@@ -436,7 +436,8 @@ class FedED(Algorithm):
             raise ValueError("feded needs public data: set public.source (e.g. train_split, spec/feded.md §4.2)")
         model = client.model
         self._reset_to_initial(model)
-        train_loss = train_local(model, client.x, client.y, client.training, client.generator) \
+        train_loss = train_local(model, client.x, client.y, client.training, client.generator,
+                                 augment_generator=client.augment_generator) \
             if client.num_samples else 0.0
         public_probs = predict_probs(model, client.public_x)
         num_classes = public_probs.shape[1]

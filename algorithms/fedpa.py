@@ -170,7 +170,8 @@ def fedpa_local(opts: FedPAClientOptions, payload: dict, client: ClientContext) 
     set_flat_weights(client.model, start)
     sampler = IASGSampler(opts.steps_per_sample, opts.client_burnin_steps, opts.discard_steps)
     loss = train_local(client.model, client.x, client.y, client.training, client.generator,
-                       on_step=sampler.on_step, on_epoch_end=sampler.on_epoch_end)
+                       on_step=sampler.on_step, on_epoch_end=sampler.on_epoch_end,
+                       augment_generator=client.augment_generator)
     samples = sampler.samples or [get_flat_weights(client.model)]
     delta = fedpa_delta(samples, start, opts.rho)
     nonfinite = not bool(torch.isfinite(delta).all())

@@ -353,7 +353,8 @@ class MNFL(Algorithm):
 
         def train() -> None:
             metrics["train_loss"] = train_local(model, client.x, client.y, client.training, client.generator,
-                                                optimizer_state=optimizer_state)
+                                                optimizer_state=optimizer_state,
+                                                augment_generator=client.augment_generator)
 
         if self.hp.private_first:
             train()

@@ -147,7 +147,8 @@ class PFedDF(FedDF):
             clip = self.hp.logit_clip
             loss_fn = F.cross_entropy if clip is None else (lambda z, y: F.cross_entropy(logit_norm(z, clip), y))
             training = dataclasses.replace(client.training, epochs=self.hp.finetune_epochs)
-            train_local(model, client.x, client.y, training, client.generator, loss_fn=loss_fn)
+            train_local(model, client.x, client.y, training, client.generator, loss_fn=loss_fn,
+                        augment_generator=client.augment_generator)
         return model
 
     def client_evaluate(self, payload: dict, client: ClientContext) -> dict[str, float]:

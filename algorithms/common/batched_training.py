@@ -33,6 +33,12 @@ order, dropout masks and optimiser give the same models up to float rounding. Ho
   device with each step; ATen's fused CUDA dropout kernel draws differently, so there the batched masks have the
   right distribution but are not the sequential masks.
 - **BatchNorm**: running statistics are stacked buffers, updated per client in place.
+- **Augmentation** (``clients.augment``): each client's crops and flips come from its own
+  ``augment_generators[k]``, drawn per step for its real batch (:func:`~algorithms.common.training.augment_draws`,
+  the call ``train_local`` makes per batch, in the same order), then applied to the stacked batch at once; a
+  padded batch's padding rows are left as they are (weight 0). **Precision** (``clients.precision: bf16``): the
+  vmapped forward and loss run under the same autocast as ``train_local``'s; the tolerance of "the same results"
+  is then bf16's rounding, not float32's.
 - **Extra loss** (FedProx's proximal term): ``extra_loss(model)`` is called inside the batched computation with
   the model's parameters replaced by the client's row, so the same closure serves both loops; it is built once
   for all K clients (it may depend on the start weights, which they share, not on the client).
@@ -52,7 +58,7 @@ from torch.func import functional_call, vmap
 from torch.optim.adam import adam as adam_step
 from torch.optim.sgd import sgd as sgd_step
 
-from algorithms.common.training import LocalTraining, epoch_batches
+from algorithms.common.training import LocalTraining, augment, augment_draws, epoch_batches
 
 #: ``clients.batched: auto`` trains batched on a CPU only where parameters × batch size is at most this: the
 #: per-operation overhead of small models is what batching removes; larger work per step is compute-bound, and
@@ -231,9 +237,12 @@ def train_local_batched(model: nn.Module, xs: Sequence[torch.Tensor], ys: Sequen
                         generators: Sequence[torch.Generator],
                         dropout_generators: Optional[Sequence[torch.Generator]] = None,
                         extra_loss: Optional[Callable[[nn.Module], torch.Tensor]] = None,
-                        loss_fn: Callable = F.cross_entropy) -> tuple[torch.Tensor, list[float]]:
+                        loss_fn: Callable = F.cross_entropy,
+                        augment_generators: Optional[Sequence[torch.Generator]] = None
+                        ) -> tuple[torch.Tensor, list[float]]:
     """Train K clients (data ``xs[k]``, ``ys[k]``; batch order from ``generators[k]``, dropout masks from
-    ``dropout_generators[k]``) for ``cfg.epochs`` epochs each, every one starting from the weights ``model`` holds.
+    ``dropout_generators[k]``, augmentation (``cfg.augment``) from ``augment_generators[k]``) for ``cfg.epochs``
+    epochs each, every one starting from the weights ``model`` holds.
 
     Returns the clients' final models as flat vectors ``[K, D]`` (the layout of
     :func:`~algorithms.common.weights.get_flat_weights`) and each client's mean training loss over its batches,
@@ -244,19 +253,20 @@ def train_local_batched(model: nn.Module, xs: Sequence[torch.Tensor], ys: Sequen
     obstacle = batching_obstacle(model, cfg)
     if obstacle:
         raise BatchingUnsupported(obstacle)
-    saved = [g.get_state() for g in generators]
-    saved_dropout = [g.get_state() for g in dropout_generators or ()]
+    if cfg.augment != "none" and (augment_generators is None or any(g is None for g in augment_generators)):
+        augment_draws(cfg, 0, None)  # raises: augmentation needs each client's generator
+    streams = [*generators, *(dropout_generators or ()), *(augment_generators if cfg.augment != "none" else ())]
+    saved = [g.get_state() for g in streams]
     try:
-        return _train(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_fn, count)
+        return _train(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_fn, count,
+                      augment_generators)
     except BatchingUnsupported:
-        for g, state in zip(generators, saved):
-            g.set_state(state)
-        for g, state in zip(dropout_generators or (), saved_dropout):
+        for g, state in zip(streams, saved):
             g.set_state(state)
         raise
 
 
-def _train(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_fn, count):
+def _train(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_fn, count, augment_generators):
     device = xs[0].device if count else torch.device("cpu")
     batches = [[idx for _ in range(cfg.epochs) for idx in epoch_batches(len(y), cfg.batch_size, g)]
                for y, g in zip(ys, generators)]
@@ -273,7 +283,7 @@ def _train(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_
         model.train()
         try:
             flat, losses = _steps(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_fn,
-                                  batches, order, steps, masks, calls, device)
+                                  batches, order, steps, masks, calls, device, augment_generators)
         finally:
             model.train(was_training)
     result = torch.empty_like(flat)
@@ -285,7 +295,7 @@ def _train(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_
 
 
 def _steps(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_fn, batches, order, steps, masks,
-           calls, device):
+           calls, device, augment_generators):
     count = len(order)
     named_params = dict(model.named_parameters())
     stacked = {n: p.detach().unsqueeze(0).repeat(count, *[1] * p.dim()) for n, p in named_params.items()}
@@ -329,7 +339,11 @@ def _steps(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_
                     weight[j, :len(p)] = 1
                 parts = [torch.cat([p, p[:1].expand(size - len(p))]) for p in parts]
             idx = torch.cat(parts)
-            xb = x_all[idx].view(end - start, size, *x_all.shape[1:])
+            xb = x_all[idx]
+            if cfg.augment != "none":  # each client's draws for its real batch, as train_local draws them
+                draws = [augment_draws(cfg, len(batches[order[i]][t]), augment_generators[order[i]]) for i in rows]
+                xb = augment(cfg, xb, [torch.cat([_pad(d[j], size) for d in draws]) for j in range(2)])
+            xb = xb.view(end - start, size, *x_all.shape[1:])
             yb = y_all[idx].view(end - start, size, *y_all.shape[1:])
             step_masks = [torch.stack([_pad(_draw_mask(module, (len(batches[order[i]][t]), *shape),
                                                        dropout_generators[order[i]], xb), size) for i in rows]
@@ -339,8 +353,9 @@ def _steps(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_
                       for n, v in stacked.items()}
             bufs = {n: v[start:end] for n, v in buffers.items()}
             try:
-                losses = (plain(params, bufs, xb, yb, step_masks) if weight is None
-                          else weighted(params, bufs, xb, yb, step_masks, weight))
+                with cfg.autocast(xb.device):
+                    losses = (plain(params, bufs, xb, yb, step_masks) if weight is None
+                              else weighted(params, bufs, xb, yb, step_masks, weight))
             except RuntimeError as err:
                 if t == 0 and "randomness" in str(err):
                     raise BatchingUnsupported(f"the model draws random numbers the batched loop does not "

@@ -162,6 +162,22 @@ class ClientsConfig:
                     "<= 2,000,000; see algorithms/common/batched_training.py). platform.run --profile says which "
                     "path ran and why. YAML's bare on/off (true/false) mean on/off.",
         choices=("auto", "on", "off", True, False))
+    augment: str = spec(
+        "none", doc="Augmentation of every local-training batch: none, or crop_flip (zero-pad augment_padding pixels, "
+                    "random crop back to the image size, random horizontal flip with p = 0.5; torchvision's "
+                    "RandomCrop + RandomHorizontalFlip). Images only (a ConfigError for vector data). The padding is "
+                    "0 of the normalised inputs, i.e. the dataset's mean colour (black only with normalization: "
+                    "none). Draws from its own stream per (round, client) under the training seed, so turning it on "
+                    "keeps the batch order; the batched loop augments alike. Applies to the local training of every "
+                    "method (train_local), not to distillation (server or client) nor FedED's autoencoder; see "
+                    "algorithms/common/training.py.", choices=("none", "crop_flip"))
+    augment_padding: int = spec(4, doc="crop_flip: pixels of zero padding on each side before the random crop "
+                                       "(torchvision's RandomCrop padding; 4 for 32x32 CIFAR in FedDF/FedAUX).", ge=0)
+    precision: str = spec(
+        "fp32", doc="Local training's arithmetic: fp32, or bf16 (forward and loss under torch.autocast to "
+                    "bfloat16 on the client's device; weights, gradients and optimiser state stay float32). Needs a "
+                    "device with bfloat16 (any CPU; CUDA from Ampere on). Server-side work stays fp32.",
+        choices=("fp32", "bf16"))
 
     def validate(self, path: str) -> None:
         if isinstance(self.batched, bool):  # YAML 1.1 reads a bare on/off as true/false

@@ -5,8 +5,9 @@ run by every command after its config loads and before anything starts (Ray, an 
 sections, the algorithm's own setting. What it cannot know without looking at the data is checked here, each check
 where its knowledge lives: the dataset's name and knobs against the catalog, its files under the data root, the
 public dataset and its split, the source photo and whether the crop pool fits it
-(:mod:`platform.data.datasets`, :mod:`platform.data.public`), and whether pre-training can run on the public data
-(:mod:`platform.runtime.pretrain`). Every failure is one :class:`~platform.errors.ConfigError` naming the field.
+(:mod:`platform.data.datasets`, :mod:`platform.data.public`), whether pre-training can run on the public data
+(:mod:`platform.runtime.pretrain`), and whether ``clients.augment`` has images to augment (:func:`check_augmentation`).
+Every failure is one :class:`~platform.errors.ConfigError` naming the field.
 
 ``platform.run`` checks its one config; ``platform.sweep`` hands :func:`check_experiment` to the search-space loader,
 which runs it on the base config, every scenario cell and every candidate value, as it runs its own validation.
@@ -14,8 +15,9 @@ which runs it on the base config, every scenario cell and every candidate value,
 from __future__ import annotations
 
 from platform.config.experiment import ExperimentConfig, apply_overrides, build_experiment, load_yaml, parse_override
-from platform.data.datasets import check_dataset_available, validate_dataset_config
+from platform.data.datasets import DATASETS, check_dataset_available, validate_dataset_config
 from platform.data.public import check_public_available, check_public_dataset
+from platform.errors import ConfigError
 from platform.runtime.pretrain import check_pretrain
 
 
@@ -33,7 +35,14 @@ def check_settings(config: ExperimentConfig) -> None:
     validate_dataset_config(config.dataset, "dataset")
     check_public_dataset(config.public, "public")
     check_pretrain(config)
+    check_augmentation(config)
 
+
+def check_augmentation(config: ExperimentConfig) -> None:
+    """``clients.augment`` crops and flips images: refused for vector data (the synthetic dataset)."""
+    if config.clients.augment != "none" and DATASETS[config.dataset.name].channels is None:
+        raise ConfigError("clients.augment", f"{config.clients.augment} crops and flips images, but dataset "
+                                             f"{config.dataset.name} is vector data; allowed here: none")
 
 
 def load_experiment(path_or_data: str | dict, overrides: list[str] | None = None) -> ExperimentConfig:
@@ -46,4 +55,4 @@ def load_experiment(path_or_data: str | dict, overrides: list[str] | None = None
     return config
 
 
-__all__ = ["check_experiment", "check_settings", "load_experiment"]
+__all__ = ["check_augmentation", "check_experiment", "check_settings", "load_experiment"]

@@ -41,6 +41,7 @@ from platform.stages.memo import Memos
 
 SERVER_STREAM_KEY = 2**32 - 1  # distinguishes the server's streams from every (round, client) stream
 GLOBAL_RNG_KEY = 2**32 - 2  # distinguishes a client's global-RNG seed (dropout) from its training generator's
+AUGMENT_KEY = 2**32 - 3  # distinguishes a client's augmentation stream (clients.augment) from its batch order's
 
 log = logging.getLogger(__name__)
 
@@ -416,7 +417,8 @@ class ClientPool(Reusable):
         self.x = _as_tensor(train_data[0], torch.device("cpu"))  # zero-copy view of the object-store array
         self.y = _as_tensor(train_data[1], torch.device("cpu"))
         c = config.clients
-        self.training = LocalTraining(c.local_epochs, c.batch_size, c.optimizer, c.lr, c.momentum, c.weight_decay)
+        self.training = LocalTraining(c.local_epochs, c.batch_size, c.optimizer, c.lr, c.momentum, c.weight_decay,
+                                      augment=c.augment, augment_padding=c.augment_padding, precision=c.precision)
         self.training_seed = config.stream_seed("training")
         self.noise_seed = config.stream_seed("noise")
         _warm_training_imports()
@@ -439,6 +441,7 @@ class ClientPool(Reusable):
             client_id=k, x=x, y=y, model=self._model(k), architecture=self.architecture(k),
             training=self.training, generator=generator(self.training_seed, round_index, k),
             dropout_generator=generator(self.training_seed, round_index, k, GLOBAL_RNG_KEY),
+            augment_generator=generator(self.training_seed, round_index, k, AUGMENT_KEY),
             noise_generator=generator(self.noise_seed, round_index, k), state=state, device=self.device,
             val_x=val_x, val_y=val_y, test_x=test_x, test_y=test_y, public_x=self.public_x,
             global_test_x=self.global_test_x, initial_weights=self._initial[self.architecture(k)],
@@ -555,5 +558,5 @@ class ClientPool(Reusable):
         return self.models[name]
 
 
-__all__ = ["ClientPool", "GLOBAL_RNG_KEY", "ParameterServer", "Reusable", "RoundResult", "arrays_due",
+__all__ = ["AUGMENT_KEY", "ClientPool", "GLOBAL_RNG_KEY", "ParameterServer", "Reusable", "RoundResult", "arrays_due",
            "plottable_arrays", "summarise_client_evaluations"]

@@ -23,7 +23,7 @@ from platform.data import load_dataset, partition_clients, server_validation_spl
 from platform.data.public import _subset, take_public
 from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted
 from platform.runtime.actors import ClientPool, ParameterServer, RoundResult
-from platform.runtime.placement import (Placement, SLIVER_CPU, client_bundle, pool_size, server_threads,
+from platform.runtime.placement import (Placement, SLIVER_CPU, client_bundle, pool_size, server_bundle, server_threads,
                                         torch_threads)
 from platform.runtime.pretrain import PretrainNotPrepared, architectures_of, pretrained_key
 from platform.runtime.seeding import derived_seed, sample_clients
@@ -264,14 +264,18 @@ class Federation:
         self.balance = self.num_actors > 1
         # Every .remote() below returns at once: the actors are created concurrently.
         threads = server_threads(config.resources, placement.replicas)
-        server_args = (config, data.test_ref, data.input_shape, data.num_classes, threads, False, data.public_ref,
-                       data.val_ref, cache, self.pretrained)
         self.server_in_process = config.mode == "one_round"
+        bundle = server_bundle(config.resources)
+        # the server actor holds a GPU share when the trial has GPUs (placement.server_bundle); in process, the
+        # trial's own bundle has none
+        wants_gpu = bool(bundle.get("GPU")) and not self.server_in_process
+        server_args = (config, data.test_ref, data.input_shape, data.num_classes, threads, wants_gpu, data.public_ref,
+                       data.val_ref, cache, self.pretrained)
         self.ready_refs: list = []
         if self.server_in_process:
             self.server = InProcess(ParameterServer, *server_args, num_threads=threads)
         else:
-            self.server = self._actor("server", RemoteParameterServer, placement.server_options(), server_args)
+            self.server = self._actor("server", RemoteParameterServer, placement.server_options(bundle), server_args)
         self.pools: list = []
         self._pool_specs: list = []  # (options, args) of each client actor, to replace one that dies
         if not lazy_clients:

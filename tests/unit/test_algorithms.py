@@ -95,3 +95,70 @@ def test_flat_weights_roundtrip_includes_float_buffers():
     other = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
     set_flat_weights(other, flat + 1)
     assert torch.allclose(get_flat_weights(other), flat + 1)
+
+
+# --- local training: clients.augment and clients.precision (algorithms/common/training.py) ------------------------
+
+def test_crop_flip_is_zero_pad_then_crop_then_flip_per_image():
+    from algorithms.common.training import crop_flip, draw_crop_flip
+
+    x = torch.randn(6, 3, 5, 7)
+    offsets, flips = draw_crop_flip(6, 2, torch.Generator().manual_seed(0))
+    assert offsets.shape == (6, 2) and int(offsets.min()) >= 0 and int(offsets.max()) <= 4 and flips.dtype == torch.bool
+    flips[:2] = torch.tensor([True, False])  # both kinds present
+    got = crop_flip(x, offsets, flips, 2)
+    padded = torch.nn.functional.pad(x, (2, 2, 2, 2))  # zeros: 0 of the normalised inputs
+    for i in range(6):  # the reference: torchvision's RandomCrop(padding=2) then RandomHorizontalFlip, one image each
+        r, c = offsets[i].tolist()
+        want = padded[i, :, r:r + 5, c:c + 7]
+        assert torch.equal(got[i], want.flip(-1) if flips[i] else want)
+    assert torch.equal(crop_flip(x, torch.full((6, 2), 2), torch.zeros(6, dtype=torch.bool), 2), x)  # centred, unflipped
+    with pytest.raises(ValueError, match="images"):
+        crop_flip(torch.randn(4, 60), offsets[:4], flips[:4], 2)
+
+
+def _train_once(training, augment_seed=None, batch_seed=5):
+    from algorithms.common.training import train_local
+
+    model = _model()
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(20, 1, 8, 8, generator=g), torch.randint(0, 10, (20,), generator=g)
+    batches = torch.Generator().manual_seed(batch_seed)
+    augment = None if augment_seed is None else torch.Generator().manual_seed(augment_seed)
+    loss = train_local(model, x, y, training, batches, augment_generator=augment)
+    return get_flat_weights(model), loss, batches.get_state()
+
+
+def test_augmentation_draws_its_own_stream_and_keeps_the_batch_order():
+    plain = LocalTraining(2, 4, lr=0.1)
+    augmented = dataclasses.replace(plain, augment="crop_flip", augment_padding=2)
+    w0, _, order0 = _train_once(plain)
+    w1, _, order1 = _train_once(augmented, augment_seed=11)
+    w2, _, _ = _train_once(augmented, augment_seed=11)
+    w3, _, _ = _train_once(augmented, augment_seed=12)
+    assert torch.equal(order0, order1)  # the batch-order generator drew exactly what it draws without augmentation
+    assert torch.equal(w1, w2)  # seeded: the same augmentation stream, the same model
+    assert float((w1 - w0).abs().max()) > 1e-3 and float((w1 - w3).abs().max()) > 1e-3
+    with pytest.raises(ValueError, match="augment_generator"):
+        _train_once(augmented)  # augmentation on, no stream given: refused, never silently off
+
+
+def test_bf16_trains_close_to_but_not_as_fp32_with_fp32_weights():
+    from algorithms.common.training import train_local
+
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(32, 1, 8, 8, generator=g), torch.randint(0, 4, (32,), generator=g)
+    start = get_flat_weights(_model())
+    results, final_losses = {}, {}
+    for precision in ("fp32", "bf16"):
+        model = _model()
+        cfg = LocalTraining(1, 8, lr=0.1, precision=precision)
+        losses = [train_local(model, x, y, cfg, torch.Generator().manual_seed(epoch)) for epoch in range(8)]
+        assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < 0.7 * losses[0]  # it learns
+        assert all(p.dtype == torch.float32 for p in model.parameters())  # weights stay float32
+        results[precision], final_losses[precision] = get_flat_weights(model), losses[-1]
+    diff = (results["fp32"] - results["bf16"]).abs()
+    moved = (results["fp32"] - start).abs()
+    assert float(diff.max()) > 0  # bf16 arithmetic really ran
+    assert float(diff.mean()) < 0.25 * float(moved.mean())  # and lands near fp32 (measured: 0.07 of how far it went)
+    assert final_losses["bf16"] == pytest.approx(final_losses["fp32"], rel=0.05)

@@ -154,3 +154,20 @@ def test_architecture_shares_and_seeded_assignment():
     assert seeded == assign_architectures(["cnn", "mlp"], 10, seed=3) != assign_architectures(["cnn", "mlp"], 10, 4)
     err, msg = _error({"model": {"architectures": [{"name": "cnn", "share": 0}]}})
     assert err.field == "model.architectures[0].share" and "> 0" in msg
+
+
+def test_augmentation_and_precision_are_off_by_default_and_checked():
+    clients = load_experiment({}).clients
+    assert (clients.augment, clients.augment_padding, clients.precision) == ("none", 4, "fp32")
+    on = load_experiment({}, ["clients.augment=crop_flip", "clients.augment_padding=2", "clients.precision=bf16"])
+    assert (on.clients.augment, on.clients.augment_padding, on.clients.precision) == ("crop_flip", 2, "bf16")
+    for overrides, field, allowed in ((["clients.augment=rotate"], "clients.augment", "crop_flip"),
+                                      (["clients.precision=fp16"], "clients.precision", "bf16"),
+                                      (["clients.augment_padding=-1"], "clients.augment_padding", ">= 0")):
+        err, message = _error(overrides=overrides)
+        assert err.field == field and allowed in message, message
+    # crops and flips need images: vector data refuse them at load (platform.preflight.check_augmentation)
+    assert load_experiment({"dataset": {"name": "synthetic"}, "model": {"name": "mlp"}}).clients.augment == "none"
+    err, message = _error({"dataset": {"name": "synthetic"}, "model": {"name": "mlp"},
+                           "clients": {"augment": "crop_flip"}})
+    assert err.field == "clients.augment" and "vector data" in message and "none" in message
