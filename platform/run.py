@@ -219,6 +219,9 @@ def main(argv=None) -> int:
     loaded = load_shared_data(config, cache)  # needs no Ray: loaded while Ray starts in the background
     clock.mark("data loaded")
     connect_ray(args.address, args.ray_dashboard)
+    from platform.runtime.placement import check_fits_connected_cluster
+
+    check_fits_connected_cluster(config.resources)  # a run that could never start here: one line, nothing written
     clock.mark("Ray start")
     shared = share_dataset(config, cache=cache, loaded=loaded)
     # Pre-training (pretrain.method) runs here, on the driver, before any actor starts (platform.runtime.pretrain).

@@ -14,6 +14,7 @@ before anything starts, when a trial cannot fit the cluster at all.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
@@ -175,3 +176,35 @@ def own_placement(resources, replicas: int = 1) -> Placement:
 
     pg = placement_group(trial_bundles(resources)[1:], strategy="PACK")
     return Placement(pg, server_bundle=0, first_client_bundle=1, replicas=replicas, owned=True)
+
+
+AUTOSCALING_ENV = "FEDSWEEP_AUTOSCALING"  # set (to 1) on the clusters of clusters/, whose autoscaler adds nodes
+
+
+def check_fits_connected_cluster(resources) -> None:
+    """:func:`check_cluster_fits` against the Ray cluster this process is connected to (one line before anything is
+    written when a trial could never start there). A cluster that autoscales says so with ``FEDSWEEP_AUTOSCALING=1``
+    (clusters/ sets it on every node)."""
+    import ray
+
+    autoscaling = os.environ.get(AUTOSCALING_ENV, "").strip().lower() in ("1", "true", "yes")
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    check_cluster_fits(resources, ray.cluster_resources(), autoscaling, nodes)
+
+
+def trials_at_once(resources, max_concurrent: Optional[int]) -> str:
+    """How many trials of ``resources`` the connected cluster runs side by side now, in words for the sweep's first
+    line (``search.max_concurrent_trials`` caps it; without it Tune fits as many as the cluster holds, and an
+    autoscaling cluster grows)."""
+    import ray
+
+    have = ray.cluster_resources()
+    fits = [math.floor(have.get(key, 0.0) / asked + 1e-9)
+            for key, asked in (("GPU", resources.gpu), ("CPU", resources.cpu)) if asked > 0]
+    n = max(min(fits), 1) if fits else 1
+    if max_concurrent:
+        n = min(n, max_concurrent)
+    where = (f"{have.get('GPU', 0):g} GPU(s), {have.get('CPU', 0):g} CPU(s) in the cluster"
+             + (" now" if os.environ.get(AUTOSCALING_ENV) else ""))
+    return f"{n} trial(s) at once ({where}" + (f", max_concurrent_trials {max_concurrent})" if max_concurrent else ")")
+

@@ -251,6 +251,11 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     from platform.sweep.callback import MlflowSweepCallback
     from platform.results.tracking import Tracker, log_patch_samples
 
+    from platform.runtime.placement import check_fits_connected_cluster, trials_at_once
+
+    mode = connect_ray(args.address, args.ray_dashboard)
+    _stop_on_sigterm()  # after Ray's start, which installs a SIGTERM handler that aborts the process
+    check_fits_connected_cluster(base_config.resources)  # a trial that could never start: one line, nothing written
     tracker = Tracker(tracking_uri, space.name)
     # The Tune experiment (one directory per sweep, a sub-directory per scenario cell) names the Optuna study too.
     experiment = os.path.basename(resume_dir) if resume_dir else _experiment_name(space.name)
@@ -259,8 +264,6 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     callback = None
     answer = SweepAnswer()
     try:
-        mode = connect_ray(args.address, args.ray_dashboard)
-        _stop_on_sigterm()  # after Ray's start, which installs a SIGTERM handler that aborts the process
         _tune_fixes.apply()  # a trial handed a dead reused actor is run again (platform/sweep/_tune_fixes.py)
         objectives = ", ".join(f"{m} ({d})" for m, d in space.search.objectives)
         selecting = f"Pareto front of {objectives}" if space.search.multi_objective else f"selecting on {objectives}"
@@ -268,7 +271,8 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         cells = (f"{len(space.cells())} scenario cell(s) of {', '.join(space.scenarios)} (one study each), "
                  if space.scenarios else "")
         print(f"sweep {space.name}: {cells}{_expected_trials(space)} trial(s) x {len(space.seeds)} seed(s), "
-              f"{rounds}, searcher {space.search.searcher}, {selecting}, Ray {mode}", flush=True)
+              f"{rounds}, searcher {space.search.searcher}, {selecting}, "
+              f"{trials_at_once(base_config.resources, space.search.max_concurrent_trials)}, Ray {mode}", flush=True)
         for metric in space.search.metrics:
             if metric.startswith("test_"):
                 print(f"warning: search.metric {metric} selects on the test set; select on a validation "

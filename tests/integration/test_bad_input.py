@@ -57,6 +57,8 @@ CASES = {
                                    "3.333 clients would be rounded to cnn 3, mlp 3, leaf_cnn 4"),
     "a key with a newline": (["platform.run", "smoke", "--set", "partition.x\ny=1"],
                              "partition.x\\ny: unknown key; allowed in partition: "),
+    "a GPU trial on a cluster without GPUs": (["platform.sweep", "smoke", "--set", "resources.gpu=1"],
+                                              "resources.gpu: the trial asks for 1 GPU but the Ray cluster has none"),
     "unknown preset": (["platform.sweep", "smoke", "--preset", "paper", "--dry-run"],
                        "--preset: unknown preset 'paper' for search space 'smoke'; allowed: none"),
     "a value of 10 kB": (["platform.sweep", "smoke", "--set", "algorithm.name=" + "z" * 10_000],
@@ -68,7 +70,7 @@ CASES = {
 # entry points in this process (each fresh interpreter costs ~5 s of imports on 2 CPUs).
 # `python -m platform.sweep` runs the package's __main__; its main() is platform.sweep.command's
 COMMAND_MODULES = {"platform.sweep": "platform.sweep.command"}
-IN_A_NEW_PROCESS = {"unknown search space", "negative lr", "alpha inf", "tracking server not answering",
+IN_A_NEW_PROCESS = {"unknown search space", "a GPU trial on a cluster without GPUs", "negative lr", "alpha inf", "tracking server not answering",
                     "a key with a newline"}
 
 
