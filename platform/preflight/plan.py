@@ -53,7 +53,12 @@ def _config_lines(config) -> list[str]:
     from platform.config.experiment import build_experiment
 
     data = to_dict(config)
-    default = to_dict(build_experiment({"algorithm": {"name": config.algorithm.name}}))
+    try:
+        default = to_dict(build_experiment({"algorithm": {"name": config.algorithm.name}}))
+    except ConfigError:  # a method that refuses the bare defaults (MNFL, pFedDF: no public data): plain defaults
+        from platform.config.experiment import ExperimentConfig
+
+        default = to_dict(ExperimentConfig())
     shown = {k: v for k, v in data.items()
              if k in CORE_SECTIONS or not isinstance(v, dict) or v != default.get(k)}
     lines = ["  " + line for line in yaml.safe_dump(shown, sort_keys=False, default_flow_style=None,
