@@ -150,7 +150,7 @@ def test_every_cited_section_and_table_is_in_its_document(name, preset):
 def test_dry_run_plan_of_a_preset(name, preset):
     """--dry-run's plan, without data files: MNFL (which refuses the bare defaults the plan compares against) and
     the slips' fixes as the dry run shows them."""
-    from platform.plan import sweep_plan
+    from platform.preflight.plan import sweep_plan
 
     space = load_search_space(name, preset=preset, check=check_settings)
     text = sweep_plan(space, space.trial_config({}))
