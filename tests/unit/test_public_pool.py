@@ -225,7 +225,7 @@ def test_shared_pool_and_logged_grid(tmp_path, ray_local, tracking_uri):
     shared = share_dataset(config, cache=cache)
     public_x = ray_local.get(shared.public_ref)
     train = load_dataset(config.dataset)[0]
-    _, expected = split_public(train, config.public, config.stream_seed("partition"), config.dataset)
+    _, expected = split_public(train, config.public, config.split_seed(), config.dataset)
     assert public_x.shape == (200, 3, 32, 32) and np.array_equal(public_x, expected)
     assert shared.public_samples.shape == (64, 3, 32, 32) and shared.public_samples.dtype == np.uint8
     assert shared.serves(config) and cache.count("patch_pool", "computed") == 1
