@@ -52,6 +52,16 @@ class DatasetConfig:
                                                            "instead of one per client. With the paper's single u_k "
                                                            "every logit shifts equally and α cannot change the "
                                                            "labels; null = false (as the paper).")
+    stand_in: bool = spec(False, doc="Set from the top-level stand_in when the config is built, so the data layer and "
+                                     "every cache key built from dataset.* see it; set stand_in, not this.")
+    stand_in_fraction: float = spec(1.0, doc="Set from the top-level stand_in_fraction; set that, not this.", gt=0,
+                                    le=1)
+
+    def validate(self, path: str) -> None:
+        for key, default in (("stand_in", False), ("stand_in_fraction", 1.0)):
+            if getattr(self, key) != default:
+                raise ConfigError(f"{path}.{key}", f"is set from the top-level {key}; set {key} there (the "
+                                                   f"--stand-in flag sets stand_in=true), not in {path}")
 
 
 # The partition kinds, one per partitioner of platform.data.partition.PARTITIONS (tests/unit/test_partition.py checks
@@ -272,6 +282,31 @@ class ExperimentConfig:
     public: PublicDataConfig = spec(factory=PublicDataConfig)
     pretrain: PretrainConfig = spec(factory=PretrainConfig)
     tracking: TrackingConfig = spec(factory=TrackingConfig)
+    stand_in: bool = spec(False, doc="Replace every dataset read from files (the dataset, public data, a single-image "
+                                     "source photo given as a file path) with generated data of the real one's shapes, "
+                                     "classes and split sizes (platform.data.stand_in): for dry runs, tests and cost "
+                                     "estimates where the files are absent; dataset.root may be null. Results are not "
+                                     "the paper's. Embedded data (digits, digits32, synthetic, bundled photos) is "
+                                     "unchanged.")
+    stand_in_fraction: float = spec(1.0, doc="With stand_in: the share of each split's real size generated (the first "
+                                             "round(f·N) samples of the full stand-in), only so tests can scale down; "
+                                             "1 = the real sizes. Sizes set in the config (public.size, "
+                                             "partition.samples_per_client) are not scaled.", gt=0, le=1)
+
+    def __post_init__(self):
+        # The data layer reads the flag from the dataset section (DatasetConfig.stand_in): copied on every build and
+        # dataclasses.replace, so the dataset section, SharedData.serves and every cache key built from dataset.*
+        # keep a stand-in run apart from a real-data one.
+        dataset = self.dataset
+        if isinstance(dataset, DatasetConfig) and (dataset.stand_in, dataset.stand_in_fraction) != (
+                self.stand_in, self.stand_in_fraction):
+            object.__setattr__(self, "dataset", dataclasses.replace(dataset, stand_in=self.stand_in,
+                                                                    stand_in_fraction=self.stand_in_fraction))
+
+    def validate(self, path: str) -> None:
+        if self.stand_in_fraction != 1.0 and not self.stand_in:
+            raise ConfigError("stand_in_fraction", f"only applies with stand_in: true (got {self.stand_in_fraction:g} "
+                                                   f"with stand_in false); leave it at 1 or set stand_in: true")
 
     def stream_seed(self, stream: str) -> int:
         """The seed of one random stream: explicit in ``seeds``, else ``seed`` itself for the partition with

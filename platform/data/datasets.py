@@ -20,7 +20,8 @@ Read with torchvision's own dataset classes from ``dataset.root`` (``download=da
 ``stl10`` (labelled train/test; ``unlabeled`` for public data) and ``svhn``.
 
 Normalisation is a named option (``dataset.normalization``, :data:`NORMALIZATIONS`); each dataset has the
-default its spec uses.
+default its spec uses. With ``stand_in`` (``dataset.stand_in``, copied from the experiment's), :func:`read_split`
+generates every torchvision split instead (:mod:`platform.data.stand_in`) and no files or root are needed.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 
 from platform.config.public_data import SOURCE_IMAGES
+from platform.data.stand_in import generate_split
 from platform.errors import ConfigError
 
 DIGITS_TEST_FRACTION = 0.2
@@ -109,11 +111,9 @@ def _normalise_in_place(x: np.ndarray, norm: Normalization) -> np.ndarray:
 
 
 def normalize(x: np.ndarray, dataset_cfg) -> np.ndarray:
-    """A normalised float32 copy of images ``x`` (N×C×H×W in [0, 1]) with ``dataset_cfg``'s normalisation.
-
-    For methods that build their own public pool (single-image crops are normalised with the *private*
-    dataset's statistics, spec/single_image.md §2.2).
-    """
+    """A normalised float32 copy of images ``x`` (N×C×H×W in [0, 1]) with ``dataset_cfg``'s normalisation, for
+    methods that build their own public pool (single-image crops are normalised with the *private* dataset's
+    statistics, spec/single_image.md §2.2)."""
     out = np.array(x, dtype=np.float32, copy=True, order="C")
     return _normalise_in_place(out, NORMALIZATIONS[normalization_name(dataset_cfg)])
 
@@ -284,8 +284,7 @@ def generate_synthetic(alpha: float, beta: float, num_clients: int, seed: int, s
     std_x = np.power(np.arange(1, SYNTHETIC_DIM + 1, dtype=np.float64), -1.2) ** 0.5
     xs, ys, gs = [], [], []
     for k in range(num_clients):
-        # Separate streams for size, inputs and model: α (and class_means) never move the inputs, β never
-        # moves the model.
+        # Separate streams for size, inputs and model: α (and class_means) never move the inputs, β never the model.
         size_rng, x_rng, model_rng = (np.random.default_rng([seed, k, part]) for part in range(3))
         n_k = samples if samples is not None else int(size_rng.lognormal(4.0, 2.0)) + 50
         b_shift = x_rng.normal(0.0, beta)
@@ -307,11 +306,8 @@ def _synthetic_setting(cfg, key: str):
 
 
 def _load_synthetic(cfg) -> tuple[ArrayDataset, ArrayDataset]:
-    """Synthetic(α, β) with a fixed per-client 80/20 train/test split (seeded by the generator seed).
-
-    ``groups`` is the generating client on both sides, so a natural partition (one client per generating
-    client) and per-client test accuracy are both possible.
-    """
+    """Synthetic(α, β) with a fixed per-client 80/20 train/test split (seeded by the generator seed). ``groups`` is
+    the generating client on both sides, so a natural partition and per-client test accuracy are both possible."""
     seed = _synthetic_setting(cfg, "seed")
     x, y, groups = generate_synthetic(_synthetic_setting(cfg, "alpha"), _synthetic_setting(cfg, "beta"),
                                       _synthetic_setting(cfg, "clients"), seed,
@@ -441,9 +437,12 @@ def _read_svhn(root, split, download, cfg=None) -> RawSplit:
 
 def read_split(name: str, root: str, split: str, download: bool = False, cfg=None,
                field: str = "dataset.root") -> RawSplit:
-    """One split of a torchvision dataset as stored (uint8 N×C×H×W). Read failures (a corrupt or partial
-    file fails torchvision's MD5 check or does not parse; a failed download) become one
+    """One split of a torchvision dataset as stored (uint8 N×C×H×W), generated when ``cfg.stand_in``. Read failures
+    (a corrupt or partial file fails torchvision's MD5 check or does not parse; a failed download) become one
     :class:`ConfigError` on ``field``."""
+    if getattr(cfg, "stand_in", False):
+        variant = _emnist_split(cfg) if name == "emnist" else None
+        return RawSplit(*generate_split(name, split, variant, getattr(cfg, "stand_in_fraction", 1.0)))
     spec = DATASETS[name]
     try:
         return spec.read(root, split, download, cfg)
@@ -564,7 +563,7 @@ def _missing(root: str, files) -> list[str]:
 
 
 def check_dataset_available(cfg, field: str = "dataset.root", extra_files: tuple[str, ...] = ()) -> None:
-    """Fail early, with one clear error, if a dataset's files are not where the config says."""
+    """Fail early, with one clear error, if a dataset's files are not where the config says (none with stand_in)."""
     if cfg.name not in DATASETS:
         raise ConfigError(field.rsplit(".", 1)[0] + ".name",
                           f"unknown dataset {cfg.name!r}; allowed: {', '.join(DATASETS)}")
@@ -572,7 +571,7 @@ def check_dataset_available(cfg, field: str = "dataset.root", extra_files: tuple
     if spec.source_image:
         raise ConfigError(field.rsplit(".", 1)[0] + ".name", _SOURCE_IMAGE_MESSAGE)
     files = spec.files(cfg) + tuple(extra_files)
-    if not files:
+    if not files or getattr(cfg, "stand_in", False):
         return
     if not cfg.root:
         raise ConfigError(field, f"dataset {cfg.name!r} is read from a data root; set {field} (with "

@@ -12,7 +12,10 @@ Steps (each a small function below):
    :func:`platform.data.datasets.load_source_image`). A missing or undecodable file is a :class:`ConfigError` on
    ``public.image`` when the config loads (:func:`check_image_source`); like a data root, the file must be
    visible wherever a config is loaded (every node of a cluster). ``platform.sweep.command`` hands trials the absolute
-   path, since Tune runs them in their own directories.
+   path, since Tune runs them in their own directories. With ``stand_in`` (``dataset.stand_in``) a path is not
+   read: a generated photo of the paper's size (:data:`platform.data.datasets.NOISE_IMAGE_SHAPE`, 1920×2560;
+   :func:`platform.data.stand_in.stand_in_photo`) replaces it, whether the file exists or not, so a stand-in run is
+   the same on every machine; a bundled name is used as it is.
 2. **The crops**: :func:`algorithms.common.patch_pool.make_patch_pool` (the official pipeline of spec §2.2, uint8
    ``[N_pool, 3, S, S]``) with ``N_pool = public.size`` (default 50,000, the paper's main pool, spec §2.4), the
    crop side ``S`` = the private images' side (they must be square), the transform settings of
@@ -55,6 +58,7 @@ import numpy as np
 from platform.config.public_data import (SOURCE_IMAGES, PatchPoolConfig, PublicDataConfig, image_reference,
                                          is_image_name, pool_size)
 from platform.data.datasets import DATASETS, NOISE_IMAGE_SHAPE, Normalization, load_source_image
+from platform.data.stand_in import stand_in_photo
 from platform.errors import ConfigError
 from platform.stages.cache import Stage, code_version
 
@@ -77,12 +81,14 @@ _NATIVE_SIDES = {"digits": 8, "digits32": 32, "mnist": 28, "fashion_mnist": 28, 
 
 @dataclass(frozen=True)
 class SourceImage:
-    """The photo the pool is cut from: its name or absolute path, its size, and (files) its content hash."""
+    """The photo the pool is cut from: its name or absolute path, its size, and (files) its content hash; or, with
+    ``stand_in``, the generated photo that replaces the file at ``ref``."""
 
     ref: str
     height: int
     width: int
-    sha256: Optional[str] = None  # SHA-256 of the file's bytes; None for a bundled image
+    sha256: Optional[str] = None  # SHA-256 of the file's bytes; None for a bundled image or a stand-in
+    stand_in: bool = False  # a generated photo (platform.data.stand_in) in place of the file ``ref``
 
     @property
     def pixels(self) -> int:
@@ -90,11 +96,19 @@ class SourceImage:
 
     @property
     def label(self) -> str:
+        if self.stand_in:
+            return f"a stand-in photo for {os.path.basename(self.ref)}"
         return self.ref if self.sha256 is None else os.path.basename(self.ref)
 
     def identity(self) -> dict:
-        """The cache-key fields that identify the image."""
+        """The cache-key fields that identify the image (a stand-in: only its size; it never depends on the file)."""
+        if self.stand_in:
+            return {"image": "stand_in", "image_height": self.height, "image_width": self.width}
         return {"image": self.ref} if self.sha256 is None else {"image": self.ref, "image_sha256": self.sha256}
+
+    def pixels_array(self) -> np.ndarray:
+        """The photo as float32 3×H×W in [0, 1]."""
+        return stand_in_photo((self.height, self.width)) if self.stand_in else load_public_image(self.ref)
 
 
 @functools.lru_cache(maxsize=None)
@@ -128,11 +142,14 @@ def _image_names() -> str:
     return ", ".join(SOURCE_IMAGES)
 
 
-def resolve_source_image(value: str, field: str = "public.image") -> SourceImage:
-    """The photo ``public.image`` names, checked: a bundled name, or a readable image file (decoded once)."""
+def resolve_source_image(value: str, field: str = "public.image", stand_in: bool = False) -> SourceImage:
+    """The photo ``public.image`` names, checked: a bundled name, or a readable image file (decoded once); with
+    ``stand_in``, a path (existing or not) stands for a generated photo of the paper's size."""
     if is_image_name(value):
         return SourceImage(value, *_named_image_size(value))
     path = image_reference(value)
+    if stand_in:
+        return SourceImage(path, *NOISE_IMAGE_SHAPE, stand_in=True)
     if not os.path.exists(path):
         raise ConfigError(field, f"no image file {path!r}; give one of {_image_names()} or the path of an image "
                                  f"file")
@@ -188,7 +205,7 @@ def check_image_source(cfg: "PublicDataConfig", dataset_cfg, path: str = "public
     if DATASETS[dataset_cfg.name].channels is None:
         raise ConfigError(f"{path}.source", f"image crops need image training data; {dataset_cfg.name} is vector "
                                             f"data (use train_split)")
-    image = resolve_source_image(cfg.image, f"{path}.image")
+    image = resolve_source_image(cfg.image, f"{path}.image", stand_in=getattr(dataset_cfg, "stand_in", False))
     check_pool_fits(image, pool_size(cfg), private_side(dataset_cfg), cfg.patches, path)
 
 
@@ -212,12 +229,16 @@ class PatchPoolPlan:
     def stage(self) -> "Stage":
         import algorithms.common.patch_pool
 
-        return Stage(STAGE_NAME, code_version(algorithms.common.patch_pool, sys.modules[__name__]),
-                     tuple(sorted(self.stage_fields())))
+        makers = [algorithms.common.patch_pool, sys.modules[__name__]]
+        if self.image.stand_in:
+            makers.append(stand_in_photo)  # the module that generates the photo
+        return Stage(STAGE_NAME, code_version(*makers), tuple(sorted(self.stage_fields())))
 
 
-def plan_patch_pool(cfg: "PublicDataConfig", input_shape: tuple, seed: int, path: str = "public") -> PatchPoolPlan:
-    """The pool for private images of ``input_shape`` (C, H, W; square), checked against the photo."""
+def plan_patch_pool(cfg: "PublicDataConfig", input_shape: tuple, seed: int, path: str = "public",
+                    stand_in: bool = False) -> PatchPoolPlan:
+    """The pool for private images of ``input_shape`` (C, H, W; square), checked against the photo (``stand_in``: a
+    photo given as a path is generated, :func:`resolve_source_image`)."""
     if len(input_shape) != 3:
         raise ConfigError(f"{path}.source", f"image crops need image training data (C, H, W); the training inputs "
                                             f"have shape {tuple(input_shape)} (use train_split)")
@@ -227,7 +248,7 @@ def plan_patch_pool(cfg: "PublicDataConfig", input_shape: tuple, seed: int, path
                                             f"dataset.image_size")
     if channels not in (1, 3):
         raise ConfigError(f"{path}.source", f"crops are RGB or grey; the private images have {channels} channels")
-    image = resolve_source_image(cfg.image, f"{path}.image")
+    image = resolve_source_image(cfg.image, f"{path}.image", stand_in=stand_in)
     size = pool_size(cfg)
     check_pool_fits(image, size, int(height), cfg.patches, path)
     return PatchPoolPlan(image, size, int(height), int(cfg.seed if cfg.seed is not None else seed), cfg.patches)
@@ -239,8 +260,7 @@ def generate_pool(plan: PatchPoolPlan) -> "torch.Tensor":
     """The uint8 pool [N_pool, 3, S, S] (no cache)."""
     from algorithms.common.patch_pool import make_patch_pool
 
-    return make_patch_pool(load_public_image(plan.image.ref), plan.size, plan.side, plan.seed,
-                           **plan.patches.settings())
+    return make_patch_pool(plan.image.pixels_array(), plan.size, plan.side, plan.seed, **plan.patches.settings())
 
 
 def patch_pool(plan: PatchPoolPlan, cache: Optional["StageCache"] = None,

@@ -25,6 +25,10 @@ Sources (``public.source``):
   uint8 pool goes through the stage cache (``cache``), so trials and later runs read it from disk. Details, the
   size limits and the deviation from the paper's per-run seeding: :mod:`platform.data.patch_pool_source`.
 
+With ``stand_in`` (``dataset_cfg.stand_in``) a public dataset is generated like the private one
+(:mod:`platform.data.stand_in`, its real split sizes) and a source photo given as a file path is replaced by a
+generated one of the paper's size; bundled photos are used as they are.
+
 :func:`take_public` returns the same split as a :class:`PublicSplit`, which also carries the first 64 uint8 crops
 (``samples``) for the logged grid ``public/patches.png``.
 """
@@ -73,9 +77,11 @@ def check_public_dataset(cfg: PublicDataConfig, path: str = "public") -> None:
 
 def _public_dataset_cfg(cfg: PublicDataConfig, dataset_cfg):
     """A dataset config for the public dataset: its name, its root (or the private one), the private
-    ``download`` setting, none of the private dataset's specific knobs."""
+    ``download`` and ``stand_in`` settings, none of the private dataset's specific knobs."""
     root = cfg.root if cfg.root is not None else dataset_cfg.root
-    return DatasetConfig(name=cfg.dataset, root=root, download=dataset_cfg.download)
+    return DatasetConfig(name=cfg.dataset, root=root, download=dataset_cfg.download,
+                         stand_in=getattr(dataset_cfg, "stand_in", False),
+                         stand_in_fraction=getattr(dataset_cfg, "stand_in_fraction", 1.0))
 
 
 def check_public_available(cfg: PublicDataConfig, dataset_cfg, path: str = "public") -> None:
@@ -129,7 +135,7 @@ def take_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset_c
                 cache: Optional["StageCache"] = None) -> PublicSplit:
     """:func:`split_public` with the source image's sample crops (:class:`PublicSplit`)."""
     if cfg.source == "image":
-        plan = plan_patch_pool(cfg, train.input_shape, seed, path)
+        plan = plan_patch_pool(cfg, train.input_shape, seed, path, stand_in=getattr(dataset_cfg, "stand_in", False))
         pool = patch_pool(plan, cache)
         x = pool_inputs(pool, train.input_shape[0], NORMALIZATIONS[normalization_name(dataset_cfg)])
         split = PublicSplit(train, x, pool_samples(pool))
