@@ -225,8 +225,8 @@ def _train_loop(cfg: dict) -> None:
     pool = torch.as_tensor(np.asarray(ray.get(cfg["pool_ref"][0])))
     n, batch = len(pool), cfg["global_batch"]
     local = batch // world
-    mean = torch.tensor(cfg["mean"] or [0.0]).view(1, -1, 1, 1)
-    std = torch.tensor(cfg["std"] or [1.0]).view(1, -1, 1, 1)
+    mean = torch.tensor(cfg["mean"] or [0.0], dtype=torch.float32).view(1, -1, 1, 1)  # float32, as the images
+    std = torch.tensor(cfg["std"] or [1.0], dtype=torch.float32).view(1, -1, 1, 1)
     augment = _augmentation(cfg["input_shape"][0], tuple(cfg["input_shape"][1:]))
 
     net, _ = _build_net(cfg)
@@ -370,8 +370,8 @@ def run_simclr(config, architecture: str, public_x, input_shape, num_classes: in
            "num_classes": int(num_classes), "init_seed": config.stream_seed("init"), "epochs": p.epochs,
            "global_batch": global_batch, "lr": p.lr, "weight_decay": p.weight_decay, "temperature": p.temperature,
            "projection_dim": p.projection_dim,
-           "mean": list(np.broadcast_to(norm.mean, (channels,))) if norm.mean else [],
-           "std": list(np.broadcast_to(norm.std, (channels,))) if norm.std else [],
+           "mean": [float(m) for m in np.broadcast_to(norm.mean, (channels,))] if norm.mean else [],
+           "std": [float(s) for s in np.broadcast_to(norm.std, (channels,))] if norm.std else [],
            "pool_ref": [pool_ref]}  # in a list: Ray passes it as a reference, not the array
     started = time.perf_counter()
     run_dir = os.path.join(storage_dir, run_name)

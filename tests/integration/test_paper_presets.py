@@ -1,0 +1,66 @@
+"""Every named sweep's ``paper`` preset, end to end on stand-in data (the real datasets' shapes and classes, 1 % of
+their sizes), scaled down by ``--set`` to fit CI, on the CPU: ``platform.run`` of the preset's base config, and one
+preset as a whole sweep with its report."""
+import pytest
+
+FRACTION = ["--set", "stand_in_fraction=0.01", "--set", "resources.gpu=0", "--set", "resources.cpu=1"]
+# What each preset is scaled down by: rounds, local epochs, pools and distillation steps (the settings stay the paper's)
+SCALE = {
+    "feded_beta": ["algorithm.student_epochs=1", "algorithm.ae_epochs=1", "clients.local_epochs=1"],
+    "mnfl_rho": ["rounds=1", "clients.local_epochs=1", "algorithm.public_size=64"],
+    "single_image_pruning": ["rounds=1", "clients.local_epochs=1", "public.size=600", "algorithm.num_distill=64",
+                             "algorithm.distill_steps=2", "algorithm.kmeans_k=8", "clients.batch_size=64",
+                             "algorithm.distill_batch_size=32"],
+    "fedaux_dp": ["rounds=1", "pretrain.epochs=1", "pretrain.batch_size=64", "clients.num_clients=8",
+                  "clients.clients_per_round=4"],
+    "fedkp_bandwidth": ["clients.num_clients=10", "clients.clients_per_round=5", "clients.local_epochs=1"],
+    "fedpa_shrinkage_burnin": ["rounds=2", "algorithm.burnin_rounds=1", "clients.num_clients=10",
+                               "clients.clients_per_round=5", "clients.local_epochs=1"],
+}
+DATASET = {"feded_beta": "mnist", "mnfl_rho": "emnist", "single_image_pruning": "cifar10", "fedaux_dp": "cifar10",
+           "fedkp_bandwidth": "mnist", "fedpa_shrinkage_burnin": "mnist"}
+
+
+def _sets(space: str) -> list[str]:
+    out = list(FRACTION)
+    for item in SCALE[space]:
+        out += ["--set", item]
+    return out
+
+
+@pytest.mark.parametrize("space", sorted(SCALE))
+def test_paper_preset_runs_on_stand_in_data(space, ray_local, tmp_path, capsys, monkeypatch):
+    from platform.run import main
+
+    monkeypatch.setenv("FEDSWEEP_HOME", str(tmp_path))
+    rc = main([space, "--preset", "paper", "--stand-in", "--no-mlflow", "--cache-dir", str(tmp_path / "cache"),
+               *_sets(space)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert f" on {DATASET[space]}:" in out  # the paper's dataset, generated
+    rounds = [line for line in out.splitlines() if line.startswith("round ")]
+    assert rounds and all("test_accuracy" in line for line in rounds), out
+
+
+def test_a_paper_preset_sweeps_and_reports(ray_local, tmp_path, tracking_uri, capsys, monkeypatch):
+    """The sweep path with a preset: tagged on the parent run, reported with ``--preset``."""
+    from platform.report import main as report_main
+    from platform.sweep.command import main as sweep_main
+
+    monkeypatch.setenv("FEDSWEEP_HOME", str(tmp_path))
+    rc = sweep_main(["fedkp_bandwidth", "--preset", "paper", "--stand-in", "--num-samples", "1",
+                     "--set", "partition.alpha=10.0", "--set", "algorithm.name=fedkp",
+                     *_sets("fedkp_bandwidth"), "--tracking-uri", tracking_uri, "--storage-path",
+                     str(tmp_path / "tune"), "--cache-dir", str(tmp_path / "cache"), "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    from tests.conftest import mlflow_runs
+
+    _, runs = mlflow_runs(tracking_uri, "fedkp_bandwidth")
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    assert parent.data.tags["fedsweep.preset"] == "paper" and parent.data.params["base.stand_in"] == "True"
+    rc = report_main(["fedkp_bandwidth", "--preset", "paper", "--tracking-uri", tracking_uri, "--out",
+                      str(tmp_path / "report")])
+    assert rc == 0
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "preset `paper`" in report
