@@ -166,6 +166,8 @@ def measurement_config(config, log=print):
             f"--estimate on a GPU node for GPU figures")
     if config.mode != "one_round":
         changes["rounds"] = min(config.rounds, MEASURED_ROUNDS)
+    if config.pretrain.method != "none" and config.pretrain.epochs > 1:  # one epoch measured, scaled to all of them
+        changes["pretrain"] = dataclasses.replace(config.pretrain, epochs=1)
     return dataclasses.replace(config, **changes) if changes else config
 
 
@@ -173,10 +175,16 @@ def measure(config, cache=None) -> dict:
     """Run ``config`` (one seed) on Ray actors; returns ``{"round_seconds": [...], "setup_seconds": s,
     "rss_bytes": peak, "gpu_bytes": peak or None}``. Ray must be connected."""
     from platform.runtime.federation import share_dataset
+    from platform.runtime.pretrain import prepare_pretrained
     from platform.runtime.trial import run_one_round, run_rounds, start_federations, stop_federations
 
-    started = time.perf_counter()
     shared = share_dataset(config, cache=cache)
+    pretrain_seconds = 0.0
+    if config.pretrain.method != "none":
+        started = time.perf_counter()
+        shared = prepare_pretrained(shared, [config], cache, log=lambda *a, **k: None)
+        pretrain_seconds = time.perf_counter() - started
+    started = time.perf_counter()
     federations = start_federations(config, [config.seed], shared, lazy_clients=config.mode == "one_round",
                                     cache=cache)
     setup = time.perf_counter() - started
@@ -190,6 +198,7 @@ def measure(config, cache=None) -> dict:
         stop_federations(federations)
     gpu = [p["gpu_bytes"] for p in peaks if "gpu_bytes" in p]
     return {"round_seconds": [float(m["seconds"]) for m in rounds], "setup_seconds": setup,
+            "pretrain_epoch_seconds": pretrain_seconds,
             "rss_bytes": max(p["rss_bytes"] for p in peaks), "gpu_bytes": max(gpu) if gpu else None}
 
 
@@ -211,10 +220,15 @@ def predict(measured: dict, config, space=None, gpus: int = 1, cpus: Optional[in
         side_by_side = max(1, math.floor((cpus or os.cpu_count() or 1) / config.resources.cpu + 1e-9))
     if space is not None and space.search.max_concurrent_trials:
         side_by_side = min(side_by_side, space.search.max_concurrent_trials)
-    wall = sum(first_seconds + (math.ceil(trials / side_by_side) - 1) * trial_seconds for _, trials in cells)
+    # pre-training (pretrain.method): once per (architecture, init seed) before the trials, on the driver's cluster
+    pretrain = measured.get("pretrain_epoch_seconds", 0.0) * config.pretrain.epochs * seeds \
+        if config.pretrain.method != "none" else 0.0
+    wall = pretrain + sum(first_seconds + (math.ceil(trials / side_by_side) - 1) * trial_seconds
+                          for _, trials in cells)
     trials = sum(t for _, t in cells)
     busy = sum(first_seconds + (t - 1) * trial_seconds for _, t in cells)
     return {"seconds_per_round": steady, "trial_seconds": trial_seconds, "first_trial_seconds": first_seconds,
+            "pretrain_seconds": pretrain,
             "trials": trials, "seeds": seeds, "rounds": rounds, "side_by_side": side_by_side, "wall_seconds": wall,
             "gpu_hours": busy * per_trial_gpu / 3600.0}
 
@@ -238,6 +252,10 @@ def estimate_text(measured: dict, prediction: dict, config, space=None, gpus: in
              + ", ".join(f"{s:.2f}" for s in rounds) + f" (steady: {prediction['seconds_per_round']:.2f} s)",
              f"peak memory: {_bytes(measured['rss_bytes'])} resident (largest actor)"
              + (f", {_bytes(measured['gpu_bytes'])} GPU" if measured["gpu_bytes"] is not None else "")]
+    if prediction.get("pretrain_seconds"):
+        lines.append(f"pre-training ({config.pretrain.method}): {measured['pretrain_epoch_seconds']:.1f} s for one "
+                     f"epoch here, so ≈ {_duration(prediction['pretrain_seconds'])} for {config.pretrain.epochs} "
+                     f"epochs x {prediction['seeds']} seed(s), once before the trials (then cached)")
     what = (f"sweep {space.name}: {prediction['trials']} trial(s)" if space is not None else "this run: 1 trial")
     first = prediction["first_trial_seconds"]
     each = (f"one trial ≈ {_duration(prediction['trial_seconds'])}" if first == prediction["trial_seconds"] else
