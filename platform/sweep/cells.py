@@ -21,7 +21,7 @@ from platform.config.run_schema import (ARTIFACT_SCENARIO_FRONTS_CSV, ARTIFACT_S
 from platform.sweep.pareto import _front_rows, _json_value, objective_value, pareto_front
 from platform.sweep.state import _join, _read_state, _resume_command, _start_state, _write_state
 from platform.sweep.study import (_REPORTED, _expected_trials, _fit_study, _pin_public_image, _ranked_results,
-                                  _trainable)
+                                  _trainable, lead_of, rank_results)
 
 
 def _cell_dir_name(index: int) -> str:
@@ -124,7 +124,12 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
     row["trials_finished"] = len(finished)
     if not finished:
         return row
-    best = (max if mode == "max" else min)(finished, key=lambda r: r.metrics[metric])
+    ranked = rank_results(finished, metric, mode, callback)
+    best = ranked[0]
+    lead = lead_of(ranked, metric, mode)
+    if lead is not None:
+        row.update(lead.as_dict())
+        row["lead_text"] = lead.text()
     trial_id = best.metrics.get("trial_id")
     number = callback.numbers.get(trial_id)
     params = dict((best.config or {}).get("params", best.config or {}))
@@ -154,6 +159,7 @@ def _cells_csv(rows: list[dict], space) -> str:
         values = ["best_trial", "best_run_id", "round"]
         for key in (metric, *(k for k in _REPORTED if k != metric)):
             values += [key, f"{key}_std"]
+        values += ["lead", "lead_se", "lead_p", "within_noise"]  # over the cell's runner-up (platform.results.noise)
         params = list(dict.fromkeys(k for row in rows for k in row.get("params", {})))
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -236,6 +242,8 @@ def _report_cells(rows: list[dict], space, tracker, parent_run_id, sweep_dir) ->
                            for k in _REPORTED if k != metric and row.get(k) is not None)
         params = ", ".join(f"{k}={_short(v)}" for k, v in row["params"].items()) or "(the cell's base config)"
         print(f"{head} {metric} {_figure(row[metric])}{std} at round {row.get('round')}{reported} ({counts}) | {params}")
+        if row.get("lead_text"):
+            print(f"{' ' * len(head)} {row['lead_text']}")
     print(f"table: {ARTIFACT_SCENARIOS_CSV} and {ARTIFACT_SCENARIOS_JSON} on the parent run {parent_run_id}")
     print(f"tune storage: {sweep_dir}")
     missing = [r for r in rows if r["trials_finished"] == 0]

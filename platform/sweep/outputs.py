@@ -47,6 +47,16 @@ def space_markdown(space) -> str:
     return "\n".join(lines)
 
 
+def _lead_cell(row: dict) -> str:
+    """A cell's lead over its runner-up in the description's table: ``0.0021 ± 0.0034, p 0.56, within noise``."""
+    if row.get("lead") is None:
+        return ""
+    if row.get("lead_se") is None:
+        return f"{row['lead']:.4f} (one seed)"
+    p = f", p {row['lead_p']:.2g}" if row.get("lead_p") is not None else ""
+    return f"{row['lead']:.4f} ± {row['lead_se']:.4f}{p}" + (", within noise" if row.get("within_noise") else "")
+
+
 def description(space, experiment_id: str, answer: SweepAnswer) -> str:
     """The parent run's description: the answer so far first (the UI folds long descriptions after a few lines),
     then :func:`space_markdown`."""
@@ -61,11 +71,12 @@ def description(space, experiment_id: str, answer: SweepAnswer) -> str:
                                                    else "")
                         for k in ("test_accuracy", "test_loss") if k != metric and best.get(k) is not None)
         parts += [f"**Best trial:** [{best['name']}]({run_link(experiment_id, best['run_id'])}) with {metric} "
-                  f"{best[metric]:.4f}{std} at round {best.get('round')}{tests} (selected on {metric}).", ""]
+                  f"{best[metric]:.4f}{std} at round {best.get('round')}{tests} (selected on {metric})"
+                  + (f"; {best['lead_text']}." if best.get("lead_text") else "."), ""]
         parts += [f"- `{k}` = {v}" for k, v in best.get("params", {}).items()]
     if answer.cells:
-        parts += ["**Best per scenario cell**", "", f"| cell | scenario | best trial | {metric} | test_accuracy |",
-                  "|---|---|---|---|---|"]
+        parts += ["**Best per scenario cell**", "", f"| cell | scenario | best trial | {metric} | test_accuracy | "
+                  f"lead over the runner-up |", "|---|---|---|---|---|---|"]
         for row in answer.cells:
             if row.get("front") is not None:
                 link = f"Pareto front of {row.get('pareto_size', 0)} (see scenarios/pareto_fronts.csv)"
@@ -74,7 +85,7 @@ def description(space, experiment_id: str, answer: SweepAnswer) -> str:
             else:
                 link = "none finished"
             parts.append(f"| {row['cell']} | {row['scenario']} | {link} | {_pm(row, metric)} | "
-                         f"{_pm(row, 'test_accuracy')} |")
+                         f"{_pm(row, 'test_accuracy')} | {_lead_cell(row)} |")
     if answer.front:
         names = space.search.metrics
         parts += [f"**Pareto front** ({len(answer.front)} trial(s))", "", "| trial | " + " | ".join(names) + " |",
@@ -110,6 +121,9 @@ def log_best(tracker, parent_run_id: str, best: dict) -> None:
         for key, value in params.items():
             tracker.set_tag(parent_run_id, key, str(value))
     tracker.set_tag(parent_run_id, TAG_BEST_RUN, best["run_id"])
+    if best.get("lead_text"):  # how far ahead of the runner-up, and whether the seeds can tell them apart
+        tracker.set_tag(parent_run_id, "best.lead", best["lead_text"])
+        tracker.set_tag(parent_run_id, "best.within_noise", str(bool(best.get("within_noise"))).lower())
 
 
 def publish(tracker, parent_run_id: str, space, answer: SweepAnswer, optuna_url: Optional[str],

@@ -93,10 +93,19 @@ class TrialOutcome:
 
 
 def outcome(result, kept: Iterable[str]) -> TrialOutcome:
-    """A Tune ``Result`` reduced to the metrics named in ``kept`` (with their ``_std``), ``round`` and
-    ``trial_id``."""
+    """A Tune ``Result`` reduced to the metrics named in ``kept`` (with their ``_std`` and their values per seed,
+    ``<metric>/seed_<s>``, which the best's lead over the runner-up needs), ``round`` and ``trial_id``."""
+    import json
+
+    from platform.config.run_schema import PER_SEED_SEPARATOR, RESULT_DETAILS
+
+    kept = set(kept)
     names = {"round", "trial_id", *kept, *(f"{k}_std" for k in kept)}
-    metrics = {k: v for k, v in (result.metrics or {}).items() if k in names}
+    reported = dict(result.metrics or {})
+    details = reported.get(RESULT_DETAILS)
+    per_seed = {k: v for k, v in (json.loads(details) if isinstance(details, str) else {}).items()
+                if PER_SEED_SEPARATOR in k and k.split(PER_SEED_SEPARATOR)[0] in kept}
+    metrics = {**{k: v for k, v in reported.items() if k in names}, **per_seed}
     return TrialOutcome(metrics, dict(result.config or {}), None if result.error is None else str(result.error))
 
 

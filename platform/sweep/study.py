@@ -231,6 +231,25 @@ def _ranked_results(grid, metric: str) -> tuple[list, int]:
     return finite, len(ended) - len(finite)
 
 
+def rank_results(finished: list, metric: str, mode: str, callback) -> list:
+    """``finished`` best first, in the one order every place uses (:mod:`platform.results.noise`)."""
+    from platform.results.noise import rank
+
+    return rank(finished, lambda r: r.metrics[metric], lambda r: r.metrics.get(f"{metric}_std"),
+                lambda r: callback.numbers.get(r.metrics.get("trial_id")), mode)
+
+
+def lead_of(ranked: list, metric: str, mode: str):
+    """The best's lead over the runner-up (:class:`platform.results.noise.Lead`; None with one trial)."""
+    from platform.config.run_schema import round_metrics
+    from platform.results.noise import lead_over, per_seed_values
+
+    if len(ranked) < 2:
+        return None
+    best, runner_up = (per_seed_values(round_metrics(r.metrics), metric) for r in ranked[:2])  # per seed: in details
+    return lead_over(best, runner_up, mode)
+
+
 def _report(grid, space, tracker, parent_run_id, callback, answer, sweep_dir: str) -> str:
     """Print and log the best trial (or the Pareto front) of ``grid``, every ended trial of the study."""
     from platform.sweep.outputs import log_best
@@ -244,7 +263,9 @@ def _report(grid, space, tracker, parent_run_id, callback, answer, sweep_dir: st
         print(f"no trial finished ({failed} failed, {diverged} diverged); see the child runs in MLflow",
               file=sys.stderr)
         return "FAILED"
-    best = (max if mode == "max" else min)(finished, key=lambda r: r.metrics[metric])
+    ranked = rank_results(finished, metric, mode, callback)
+    best = ranked[0]
+    lead = lead_of(ranked, metric, mode)
     params = best.config.get("params", best.config)
     std = best.metrics.get(f"{metric}_std")
     figure = f"{best.metrics[metric]:.4f}" + (f" ± {std:.4f} over {len(space.seeds)} seeds" if std is not None
@@ -258,7 +279,8 @@ def _report(grid, space, tracker, parent_run_id, callback, answer, sweep_dir: st
     answer.best = {"run_id": callback.runs.get(trial_id), "name": callback.names.get(trial_id, str(trial_id)),
                    "round": best.metrics.get("round"), "params": dict(params),
                    **{k: best.metrics[k] for k in (metric, f"{metric}_std", *_REPORTED, *(f"{r}_std" for r in _REPORTED))
-                      if best.metrics.get(k) is not None}}
+                      if best.metrics.get(k) is not None},
+                   **({"lead_text": lead.text(), **lead.as_dict()} if lead is not None else {})}
     if answer.best["run_id"]:
         log_best(tracker, parent_run_id, answer.best)
     reported = "".join(f", {k} {best.metrics[k]:.4f}" for k in ("test_accuracy", "test_loss")
@@ -268,6 +290,8 @@ def _report(grid, space, tracker, parent_run_id, callback, answer, sweep_dir: st
           f"{f', {retried} run again after a failure' if retried else ''}): "
           f"{metric} = {figure} at round "
           f"{best.metrics.get('round')}{reported}")
+    if lead is not None:
+        print(f"  {lead.text()}")
     for k, v in params.items():
         print(f"  {k} = {v}")
     seeds = space.seeds

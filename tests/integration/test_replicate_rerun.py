@@ -1,5 +1,6 @@
 """A sweep's replicate reruns alone: the printed rerun line (space, every --set, the trial's values) with
-``--set seed=S`` reproduces what the sweep logged for seed S, metric for metric."""
+``--set seed=S`` reproduces what the sweep logged for seed S, metric for metric. And a best whose lead over the
+runner-up is below the seeds' standard error is said to be within noise."""
 import re
 import shlex
 
@@ -12,8 +13,9 @@ SPACE = {
              "clients": {"num_clients": 10, "clients_per_round": 5, "local_epochs": 1, "batch_size": 16, "lr": 0.05,
                          "momentum": 0.9},
              "rounds": 2, "seed": 0},
-    "parameters": {"clients.lr": {"loguniform": [0.02, 0.2]}},
-    "search": {"searcher": "tpe", "num_samples": 1, "scheduler": {"kind": "none"}, "seeds": [3, 4],
+    # two learning rates 1e-7 apart: the same results up to float rounding, so the best leads by (about) nothing
+    "parameters": {"clients.lr": {"choice": [0.05, 0.0500001]}},
+    "search": {"searcher": "grid", "num_samples": 1, "scheduler": {"kind": "none"}, "seeds": [3, 4],
                "max_concurrent_trials": 1},
     "resources": {"cpu": 2, "gpu": 0},
 }
@@ -32,13 +34,19 @@ def test_the_rerun_line_with_a_seed_reproduces_that_replicate(ray_local, tmp_pat
                      str(tmp_path / "tune"), "--cache-dir", str(tmp_path / "cache"), "--quiet"])
     out = capsys.readouterr().out
     assert rc == 0, out
+    assert re.search(r"lead over the runner-up [0-9.]+ ± [0-9.]+ \(SE, 2 seeds\), Welch p = [0-9.e-]+: within noise",
+                     out) or "lead over the runner-up 0.0000 ± 0.0000 (SE, 2 seeds), Welch p = 1: within noise" in out, out
     line = re.search(r"rerun it alone: (.+?) --set seed=S", out).group(1)
     argv = shlex.split(line)
     assert argv[:4] == ["python", "-m", "platform.run", str(path)]  # a file path: its path, not only its stem
     assert "partition.alpha=0.3" in argv  # the user's --set is carried
     assert any(a.startswith("clients.lr=") for a in argv)  # the trial's sampled value
     client, runs = mlflow_runs(tracking_uri, "replicates")
-    trial = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    assert parent.data.tags["best.within_noise"] == "true"
+    best_lr = float(next(a for a in argv if a.startswith("clients.lr=")).split("=")[1])
+    trial = next(r for r in runs if "mlflow.parentRunId" in r.data.tags
+                 and float(r.data.params["clients.lr"]) == best_lr)
     rc = run_main(argv[3:] + ["--set", "seed=4", "--tracking-uri", tracking_uri, "--experiment", "rerun",
                               "--cache-dir", str(tmp_path / "cache")])
     assert rc == 0

@@ -207,6 +207,6 @@ def test_best_per_cell_table_has_one_row_per_cell(tmp_path):
     lines = _cells_csv(rows, space).strip().splitlines()
     assert lines[0] == ("cell,scenario,partition.alpha,sampler_seed,trials_finished,trials_failed,best_trial,"
                         "best_run_id,round,val_accuracy,val_accuracy_std,test_accuracy,test_accuracy_std,test_loss,"
-                        "test_loss_std,best.clients.lr")
-    assert lines[1] == "1,partition.alpha=10,10,5,3,0,trial-002,r2,2,0.9,,0.88,,0.4,,0.05"
-    assert lines[2] == "2,partition.alpha=0.1,0.1,6,0,3,,,,,,,,,,"
+                        "test_loss_std,lead,lead_se,lead_p,within_noise,best.clients.lr")
+    assert lines[1] == "1,partition.alpha=10,10,5,3,0,trial-002,r2,2,0.9,,0.88,,0.4,,,,,,0.05"
+    assert lines[2] == "2,partition.alpha=0.1,0.1,6,0,3,,,,,,,,,,,,,,"
