@@ -49,7 +49,9 @@ def estimate_row(space: str, preset: str, gpus: int, sets: list[str], timeout: i
         result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
         out, ok = result.stdout + result.stderr, result.returncode == 0
     except subprocess.TimeoutExpired as err:
-        out, ok = f"timed out after {timeout} s " + str(err.stdout or ""), False
+        partial = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
+        last = (partial.strip().splitlines() or [""])[-1]
+        out, ok = f"timed out after {timeout} s ({last})", False
     row = {"space": space, "preset": preset, "ok": ok, "seconds": time.perf_counter() - started}
     if not ok:
         row["error"] = (out.strip().splitlines() or ["?"])[-1][:160]
