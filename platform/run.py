@@ -67,7 +67,7 @@ def resolve_config(target: str, overrides: list[str], preset: Optional[str] = No
     over the file) or a search-space name. A file is a search space when it has a ``base`` section. ``check``: the
     pre-flight check (default :func:`platform.preflight.check_experiment`)."""
     # deferred: start-up time (the command starts Ray first; config and pre-flight import torch)
-    from platform.config.experiment import apply_overrides, build_experiment, load_yaml, parse_override
+    from platform.config.experiment import apply_overrides, build_experiment, load_yaml, parse_overrides
     from platform.config.space_files import find_search_space, read_search_space
     from platform.preflight import check_experiment
 
@@ -78,9 +78,12 @@ def resolve_config(target: str, overrides: list[str], preset: Optional[str] = No
             path = find_search_space(target)
         except UserError:
             raise UserError(f"no config file or search space named {target!r}") from None
-    raw = load_yaml(path) or {}
+    raw = load_yaml(path)
+    if raw is None:
+        raise UserError(f"{path} is empty; an experiment config is a mapping of sections (dataset, model, algorithm, "
+                        f"...), a search space has base and parameters")
     name = os.path.splitext(os.path.basename(path))[0]
-    parsed = dict(parse_override(o) for o in overrides)
+    parsed = parse_overrides(overrides)
     if isinstance(raw, dict) and "base" in raw:  # a search space: run its base config
         raw = read_search_space(path, preset)[1]
         base = dict(raw.get("base") or {})
@@ -282,7 +285,7 @@ def _plan(args, overrides: list[str]) -> int:
 
 def _space_of(target: str, overrides: list[str], preset: Optional[str], check):
     """The search space ``target`` names, loaded as the sweep would (None for an experiment config)."""
-    from platform.config.experiment import load_yaml, parse_override
+    from platform.config.experiment import load_yaml, parse_overrides
     from platform.config.search_space import load_search_space
     from platform.config.space_files import find_search_space
 
@@ -293,7 +296,7 @@ def _space_of(target: str, overrides: list[str], preset: Optional[str], check):
     raw = load_yaml(path)
     if not isinstance(raw, dict) or "base" not in raw:
         return None
-    return load_search_space(path, dict(parse_override(o) for o in overrides), check=check, preset=preset)
+    return load_search_space(path, parse_overrides(overrides), check=check, preset=preset)
 
 
 def _open_in_background(tracker) -> Optional[threading.Thread]:

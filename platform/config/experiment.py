@@ -153,10 +153,10 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class ClientsConfig:
-    num_clients: int = spec(10, doc="K, the number of (virtual) clients.", ge=1)
+    num_clients: int = spec(10, doc="K, the number of (virtual) clients.", ge=1, le=10_000_000)
     clients_per_round: int = spec(10, doc="Clients sampled per round (γ·K).", ge=1)
-    local_epochs: int = spec(1, doc="E, local epochs per round.", ge=1)
-    batch_size: int = spec(32, doc="B, local batch size.", ge=1)
+    local_epochs: int = spec(1, doc="E, local epochs per round.", ge=1, le=100_000)
+    batch_size: int = spec(32, doc="B, local batch size.", ge=1, le=10_000_000)
     optimizer: str = spec("sgd", doc="Local optimiser.", choices=("sgd", "adam"))
     lr: float = spec(0.05, doc="η, local learning rate.", gt=0)
     momentum: float = spec(0.0, doc="Local SGD momentum (a fresh optimiser every round).", ge=0, lt=1)
@@ -271,7 +271,7 @@ class ExperimentConfig:
     algorithm: Any = spec(None, doc="Algorithm name and hyperparameters (an AlgorithmConfig once built).")
     clients: ClientsConfig = spec(factory=ClientsConfig)
     server: ServerConfig = spec(factory=ServerConfig)
-    rounds: int = spec(10, doc="Communication rounds R.", ge=1)
+    rounds: int = spec(10, doc="Communication rounds R.", ge=1, le=1_000_000)
     mode: str = spec("rounds", doc="rounds: train for `rounds` rounds. one_round: the one-round analysis of "
                                    "spec/fedkp_fedpa.md §10.3 (Appendix C): the round-0 client models are "
                                    "trained once per upstream config and cached, and each run only "
@@ -496,12 +496,24 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    check_expanded_size(value, f"--set {key}")
     if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string; users mean a number
         try:
             value = float(value)
         except ValueError:
             pass
     return key, value
+
+
+def parse_overrides(items) -> dict[str, Any]:
+    """Every ``--set KEY=VALUE`` as ``{key: value}``; a key given twice is refused (which one was meant?)."""
+    parsed: dict[str, Any] = {}
+    for item in items or []:
+        key, value = parse_override(item)
+        if key in parsed:
+            raise ConfigError("--set", f"{key} is given twice ({parsed[key]!r}, then {value!r}); give it once")
+        parsed[key] = value
+    return parsed
 
 
 def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
@@ -521,11 +533,46 @@ def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
     return data
 
 
+MAX_YAML_BYTES = 1_000_000  # a config or search-space file: far above any real one
+MAX_YAML_NODES = 1_000_000  # values once aliases (*name) are expanded: an alias bomb expands without bound
+
+
+def check_expanded_size(data: Any, where: str) -> None:
+    """Refuse ``data`` whose aliases would expand to more than :data:`MAX_YAML_NODES` values (a YAML alias bomb: a few
+    lines whose nested ``*alias`` references stand for billions of values), counted without expanding them."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        if isinstance(node, (list, dict)):
+            key = id(node)
+            if key not in sizes:
+                sizes[key] = 0  # a self-reference counts once
+                children = list(node.values()) + list(node.keys()) if isinstance(node, dict) else node
+                sizes[key] = 1 + sum(size(child) for child in children)
+                if sizes[key] > MAX_YAML_NODES:
+                    raise ConfigError(where, f"its YAML expands to more than {MAX_YAML_NODES:,} values once its "
+                                             f"aliases (*name) are expanded; allowed: at most {MAX_YAML_NODES:,}")
+            return sizes[key]
+        if isinstance(node, str) and len(node) > MAX_YAML_BYTES:
+            raise ConfigError(where, f"a value of {len(node):,} characters; allowed: at most {MAX_YAML_BYTES:,}")
+        return 1
+
+    try:
+        size(data)
+    except RecursionError:
+        raise ConfigError(where, "its YAML is nested too deeply") from None
+
+
 def load_yaml(path: str) -> Any:
     if not os.path.isfile(path):
         raise ConfigError("", f"config file not found: {path}")
+    if os.path.getsize(path) > MAX_YAML_BYTES:
+        raise ConfigError("", f"{path} is {os.path.getsize(path):,} bytes; a config or search space is at most "
+                              f"{MAX_YAML_BYTES:,}")
     with open(path) as fh:
         try:
-            return yaml.safe_load(fh)
+            data = yaml.safe_load(fh)
         except yaml.YAMLError as err:
             raise ConfigError("", f"{path} is not valid YAML: {err}".replace("\n", " ")) from None
+    check_expanded_size(data, path)
+    return data

@@ -345,6 +345,12 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
     reference = parse_reference(raw.get("reference"), parameters, raw.get("scenarios") or {})
     parameters = _dependency_order(parameters, scenarios)
     pinned = {k: v for k, v in (overrides or {}).items() if k in parameters}  # --set on a swept key: its value
+    for key, value in pinned.items():
+        dist = parameters[key]
+        if dist.kind in ("choice", "grid") and not any(
+                value == a and isinstance(value, bool) == isinstance(a, bool) for a in dist.args):
+            raise ConfigError(f"--set {key}", f"{value!r} is not one of the values the space sweeps; allowed: "
+                                              f"{', '.join(map(repr, dist.args))} (or edit parameters.{key})")
     if pinned:
         parameters = fix_values(parameters, pinned, scenarios)
     search_raw = dict(raw.get("search") or {})

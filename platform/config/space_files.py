@@ -46,7 +46,10 @@ def read_search_space(name: str, preset: Optional[str] = None) -> tuple[str, dic
     """(path, the file's sections with preset ``preset`` laid over them, every preset of the file): shapes checked,
     values not yet (:func:`load_search_space` validates them)."""
     path = find_search_space(name)
-    raw = load_yaml(path) or {}
+    raw = load_yaml(path)
+    if raw is None or raw == {}:
+        raise ConfigError("", f"{path} is empty; a search space needs at least base (an experiment config) and "
+                              f"parameters; sections: {', '.join(SECTIONS)}")
     if not isinstance(raw, dict):
         raise ConfigError("", f"{path}: a search space must be a mapping with {', '.join(SECTIONS)}")
     unknown = [k for k in raw if k not in SECTIONS]

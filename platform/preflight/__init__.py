@@ -14,7 +14,7 @@ which runs it on the base config, every scenario cell and every candidate value,
 """
 from __future__ import annotations
 
-from platform.config.experiment import ExperimentConfig, apply_overrides, build_experiment, load_yaml, parse_override
+from platform.config.experiment import ExperimentConfig, apply_overrides, build_experiment, load_yaml, parse_overrides
 from platform.data.datasets import DATASETS, check_dataset_available, validate_dataset_config
 from platform.data.public import check_public_available, check_public_dataset
 from platform.errors import ConfigError
@@ -49,7 +49,7 @@ def load_experiment(path_or_data: str | dict, overrides: list[str] | None = None
     """An experiment config ready to run: a YAML file (or its mapping) with ``--set``-style ``overrides``, built and
     validated (:func:`~platform.config.experiment.build_experiment`), then checked here."""
     data = load_yaml(path_or_data) if isinstance(path_or_data, str) else path_or_data
-    parsed = dict(parse_override(o) for o in overrides or [])
+    parsed = parse_overrides(overrides or [])
     config = build_experiment(apply_overrides(data or {}, parsed))
     check_experiment(config)
     return config

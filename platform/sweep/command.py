@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from typing import Optional
@@ -109,6 +110,9 @@ def _resolve_resume(args) -> str:
     storage = st.normalise(args.storage_path or _default_storage())
     st.check_storage(storage, _storage_flag(args.storage_path, "--storage-path", "FEDSWEEP_STORAGE"))
     if isinstance(args.resume, str) and not args.name and not st.isfile(st.join(storage, args.resume, STATE_FILE)):
+        if re.fullmatch(r".+-\d{8}-\d{6}-[0-9a-f]{6}", args.resume):  # a sweep id, as printed, not under this storage
+            raise UserError(f"--resume: no sweep {args.resume!r} under {storage}; give the --storage-path it ran with "
+                            f"(the printed continue-with line has it)")
         args.name, args.resume = args.resume, True  # "--resume smoke": a space's name, not a sweep id
     if isinstance(args.resume, str):
         resume_dir = st.join(storage, args.resume)
@@ -179,11 +183,11 @@ def main(argv=None) -> int:
         raise UserError(f"--num-samples: must be >= 1, got {args.num_samples}")
     if args.gpus is not None and args.gpus < 1:
         raise UserError(f"--gpus: must be >= 1, got {args.gpus}")
-    from platform.config.experiment import parse_override
+    from platform.config.experiment import parse_overrides
     from platform.config.search_space import load_search_space
     from platform.preflight import check_experiment, check_settings
 
-    overrides = dict(parse_override(o) for o in args.overrides)
+    overrides = parse_overrides(args.overrides)
     if args.stand_in:
         overrides["stand_in"] = True
     args.invocation = _invocation(args)

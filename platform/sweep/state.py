@@ -119,10 +119,12 @@ def _check_resumable(resume_dir: str, space) -> None:
 
 
 def _resume_command(experiment: str, storage: str) -> str:
-    """The line that continues this sweep: its id (the stored invocation supplies the rest), and the storage when it
-    is not the default."""
-    where = "" if storage == _default_storage() else f" --storage-path {storage}"
-    return f"python -m platform.sweep --resume {experiment}{where}"
+    """The line that continues this sweep, from any directory: its id (the stored invocation supplies the rest) and
+    its storage, always (the default storage is under the results home, which is the current directory unless
+    FEDSWEEP_HOME says otherwise)."""
+    import shlex
+
+    return f"python -m platform.sweep --resume {experiment} --storage-path {shlex.quote(storage)}"
 
 
 def _driver_id() -> str:
