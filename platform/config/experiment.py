@@ -18,6 +18,7 @@ import yaml
 
 from platform.config.public_data import PretrainConfig, PublicDataConfig, pool_size
 from platform.config.schema import build, flatten, spec, to_dict
+from platform.config.space_files import load_yaml  # noqa: F401 - re-exported: platform.config.experiment.load_yaml
 from platform.errors import ConfigError
 
 
@@ -520,12 +521,3 @@ def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
         node[parts[-1]] = value
     return data
 
-
-def load_yaml(path: str) -> Any:
-    if not os.path.isfile(path):
-        raise ConfigError("", f"config file not found: {path}")
-    with open(path) as fh:
-        try:
-            return yaml.safe_load(fh)
-        except yaml.YAMLError as err:
-            raise ConfigError("", f"{path} is not valid YAML: {err}".replace("\n", " ")) from None

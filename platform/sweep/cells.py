@@ -41,6 +41,7 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
     best trial (or Pareto front) per cell. Returns the parent run's status."""
     from platform.sweep.optuna_store import StudyRecorder  # deferred: start-up time
     from platform.config.search_space import cell_label
+    from platform.config.trials import grid_subset_note
     from platform.runtime.pretrain import prepare_pretrained, sweep_pretrain_configs
     from platform.runtime.federation import share_dataset
     from platform.sweep.callback import MlflowSweepCallback
@@ -84,6 +85,8 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
         trainable = _trainable(cell_space, config, shared, args)
         log(f"\ncell {number}/{len(cells)}: {label}: {expected} trial(s), searcher {cell_space.search.searcher}, "
             f"sampler seed {cell_space.search.sampler_seed}", flush=True)
+        if grid_subset_note(cell_space):
+            log(f"  grid: {grid_subset_note(cell_space)}", flush=True)
         try:
             grid, callback = _fit_study(trainable, cell_space, config, sweep_dir, _cell_dir_name(index), callback,
                                         log=log)
