@@ -18,6 +18,7 @@ import yaml
 
 from platform.config.public_data import PretrainConfig, PublicDataConfig, pool_size
 from platform.config.schema import build, flatten, spec, to_dict
+from platform.config.space_files import check_expanded_size, load_yaml  # noqa: F401 - load_yaml re-exported
 from platform.errors import ConfigError
 
 
@@ -532,47 +533,3 @@ def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
         node[parts[-1]] = value
     return data
 
-
-MAX_YAML_BYTES = 1_000_000  # a config or search-space file: far above any real one
-MAX_YAML_NODES = 1_000_000  # values once aliases (*name) are expanded: an alias bomb expands without bound
-
-
-def check_expanded_size(data: Any, where: str) -> None:
-    """Refuse ``data`` whose aliases would expand to more than :data:`MAX_YAML_NODES` values (a YAML alias bomb: a few
-    lines whose nested ``*alias`` references stand for billions of values), counted without expanding them."""
-    sizes: dict[int, int] = {}
-
-    def size(node: Any) -> int:
-        if isinstance(node, (list, dict)):
-            key = id(node)
-            if key not in sizes:
-                sizes[key] = 0  # a self-reference counts once
-                children = list(node.values()) + list(node.keys()) if isinstance(node, dict) else node
-                sizes[key] = 1 + sum(size(child) for child in children)
-                if sizes[key] > MAX_YAML_NODES:
-                    raise ConfigError(where, f"its YAML expands to more than {MAX_YAML_NODES:,} values once its "
-                                             f"aliases (*name) are expanded; allowed: at most {MAX_YAML_NODES:,}")
-            return sizes[key]
-        if isinstance(node, str) and len(node) > MAX_YAML_BYTES:
-            raise ConfigError(where, f"a value of {len(node):,} characters; allowed: at most {MAX_YAML_BYTES:,}")
-        return 1
-
-    try:
-        size(data)
-    except RecursionError:
-        raise ConfigError(where, "its YAML is nested too deeply") from None
-
-
-def load_yaml(path: str) -> Any:
-    if not os.path.isfile(path):
-        raise ConfigError("", f"config file not found: {path}")
-    if os.path.getsize(path) > MAX_YAML_BYTES:
-        raise ConfigError("", f"{path} is {os.path.getsize(path):,} bytes; a config or search space is at most "
-                              f"{MAX_YAML_BYTES:,}")
-    with open(path) as fh:
-        try:
-            data = yaml.safe_load(fh)
-        except yaml.YAMLError as err:
-            raise ConfigError("", f"{path} is not valid YAML: {err}".replace("\n", " ")) from None
-    check_expanded_size(data, path)
-    return data

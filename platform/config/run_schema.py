@@ -32,7 +32,7 @@ TAG_DRIVER = "fedsweep.driver"  # on a sweep's parent run: "<host>:<pid>" of its
 TAG_NOTE = "mlflow.note.content"  # a run's description (markdown) in the MLflow UI
 TAG_OPTUNA_STORAGE = "fedsweep.optuna_storage"  # on a sweep's parent run: the RDB URL of its Optuna studies
 TAG_OPTUNA_STUDIES = "fedsweep.optuna_studies"  # on a sweep's parent run: its study names, comma-separated (one per
-#                                                 scenario cell: <space>-<time>/cell-001, ...)
+#                                                 scenario cell: <sweep id>/lam=0.01, ...; see sweep/cells.py)
 
 # Values of TAG_STATUS
 STATUS_RUNNING = "running"

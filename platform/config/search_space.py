@@ -59,6 +59,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from platform.config.experiment import ExperimentConfig, apply_overrides, build_experiment, error_message, load_yaml
+from platform.config.trials import asha_rungs, grid_points  # noqa: F401 - where the sweep has always found them
+from platform.config.trials import check_asha, fit_grace_period, sample_flags
 from platform.config.presets import Preset
 from platform.config.space_files import (SECTIONS, available_search_spaces, find_search_space, read_search_space,
                                          search_space_dirs)
@@ -221,6 +223,9 @@ class SearchSpace:
     preset: Optional[Preset] = None  # the ``presets:`` entry laid over the file (``--preset``), if any
     presets: tuple = ()  # the names of the space's presets
     overrides: dict = field(default_factory=dict)  # the --set values it was loaded with
+    grid_limit: Optional[int] = None  # grid searcher: --num-samples N runs N points spread over the grid (grid.py)
+    notes: tuple = ()  # what the loader adjusted to fit the command line (printed by the commands)
+    default_minutes: Optional[float] = None  # ``default_minutes:``: its default setting's minutes on 2 CPUs
 
     def rerun_command(self, values: dict) -> str:
         """The ``python -m platform.run`` line that runs one configuration of this space alone: the space (by name, or
@@ -323,17 +328,22 @@ def _no_check(config: ExperimentConfig) -> None:
 
 def load_search_space(name: str, overrides: dict[str, Any] | None = None,
                       num_samples: Optional[int] = None, check: ConfigCheck = _no_check,
-                      preset: Optional[str] = None) -> SearchSpace:
+                      preset: Optional[str] = None, repeats: Optional[int] = None) -> SearchSpace:
     """Load and fully validate a search space; ``preset`` (``--preset``) lays one of its ``presets:`` over the file
     (:mod:`platform.config.presets`), then ``overrides`` (``--set``) apply to its base config. ``check`` runs on
     every configuration validation tries (the base, each scenario cell, each candidate value), its errors reported
-    as this loader reports its own: the sweep passes ``platform.preflight.check_experiment``."""
+    as this loader reports its own: the sweep passes ``platform.preflight.check_experiment``.
+
+    ``num_samples`` (``--num-samples N``): at most N trials per cell, whatever the searcher (the grid searcher runs N
+    of its points spread evenly over the grid, once each); ``repeats`` (``--repeats K``): the grid runs K times, as
+    ``search.num_samples`` does in the file."""
     path, raw, presets = read_search_space(name, preset)
     base = dict(raw.get("base") or {})
     if raw.get("resources") is not None:
         if "resources" in base:
             raise ConfigError("resources", "set resources either at top level or in base, not both")
         base["resources"] = raw["resources"]
+    own_rounds = base.get("rounds", ExperimentConfig.__dataclass_fields__["rounds"].default)
     base = apply_overrides(base, overrides or {})
     base_config = build_experiment(base)  # validates the base, --set included
     check(base_config)
@@ -354,8 +364,6 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
     if pinned:
         parameters = fix_values(parameters, pinned, scenarios)
     search_raw = dict(raw.get("search") or {})
-    if num_samples is not None:
-        search_raw["num_samples"] = num_samples
     if isinstance(search_raw.get("metric"), list) and len(search_raw["metric"]) == 1:  # one objective after all
         search_raw["metric"] = search_raw["metric"][0]
         if isinstance(search_raw.get("mode"), list) and len(search_raw["mode"]) == 1:
@@ -363,14 +371,18 @@ def load_search_space(name: str, overrides: dict[str, Any] | None = None,
     search = build(SearchConfig, search_raw, "search")
     if pinned and not parameters:
         search = dataclasses.replace(search, searcher="grid", num_samples=1)
+    search, grid_limit = sample_flags(search, num_samples, repeats)
     if search.searcher == "grid":
         bad = [k for k, d in parameters.items() if d.kind not in ("choice", "grid")]
         if bad:
             raise ConfigError(f"parameters.{bad[0]}", "the grid searcher needs choice or grid values; "
                                                       "use searcher: tpe or random for ranges")
+    own_rounds = [own_rounds, *((raw.get("scenarios") or {}).get("rounds") or [])]
+    search, notes = fit_grace_period(search, own_rounds, base_config.rounds, overrides or {})
     space = SearchSpace(os.path.splitext(os.path.basename(path))[0], os.path.abspath(path),
                         str(raw.get("description") or ""), base, parameters, search, scenarios, reference,
-                        presets.get(preset) if preset else None, tuple(presets), dict(overrides or {}))
+                        presets.get(preset) if preset else None, tuple(presets), dict(overrides or {}),
+                        grid_limit=grid_limit, notes=notes, default_minutes=raw.get("default_minutes"))
     if scenarios:
         configs = _validate_cells(space, check)
     else:
@@ -512,8 +524,7 @@ def _validate_parameter_values(space: SearchSpace, check: ConfigCheck) -> list:
     """Every parameter must be a config key, and every value it can take must pass config validation; returns
     the configurations tried (the base and one per candidate value).
 
-    Also enforces the ASHA burn-in rule on every configuration tried: a scheduler may only stop a trial
-    after its method's burn-in plus ``burnin_margin`` rounds.
+    Also enforces the ASHA rules on every configuration tried (:func:`platform.config.trials.check_asha`).
     """
     configs = [space.trial_config({})]
     for key, dist in space.parameters.items():
@@ -526,62 +537,9 @@ def _validate_parameter_values(space: SearchSpace, check: ConfigCheck) -> list:
                 check(configs[-1])
             except ConfigError as err:
                 raise ConfigError(f"parameters.{key}", f"value {value!r} is invalid: {err}") from None
-    scheduler = space.search.scheduler
-    if scheduler.kind == "asha":
-        from algorithms import resolve_algorithm
-
-        def burn_in_of(c) -> int:
-            return resolve_algorithm(c.algorithm.name)(c.algorithm.params).burn_in_rounds()
-
-        worst = max(configs, key=burn_in_of)
-        burn_in = burn_in_of(worst)
-        if burn_in and scheduler.grace_period < burn_in + scheduler.burnin_margin:
-            raise ConfigError("search.scheduler.grace_period",
-                              f"must be >= burn-in + burnin_margin = {burn_in} + {scheduler.burnin_margin} "
-                              f"= {burn_in + scheduler.burnin_margin} ({worst.algorithm.name} burns in for up to "
-                              f"{burn_in} rounds); ASHA must not stop a trial before the method's gain can appear "
-                              f"(spec/fedkp_fedpa.md §13), got {scheduler.grace_period}")
-        _check_rungs_comparable(configs, scheduler)
+    if space.search.scheduler.kind == "asha":
+        check_asha(configs, space.search.scheduler)
     return configs
-
-
-def asha_rungs(grace_period: int, reduction_factor: float, max_t: int) -> list[float]:
-    """The rounds at which Ray's ASHA (one bracket) compares trials: grace·rf^k for k = 0 … ⌊log_rf(max_t /
-    grace)⌋, as ``ray.tune.schedulers.AsyncHyperBandScheduler`` lays out its rungs."""
-    count = int(math.log(max_t / grace_period) / math.log(reduction_factor) + 1) if max_t >= grace_period else 0
-    return [grace_period * reduction_factor ** k for k in range(count)]
-
-
-def _check_rungs_comparable(configs: list, scheduler) -> None:
-    """Every ASHA rung must fall on a round where every configuration tried may be compared
-    (``Algorithm.comparable_round``: the single-image method's FedAvg-init rounds, spec/single_image.md §9)."""
-    from algorithms import resolve_algorithm
-
-    for config in configs:
-        algorithm = resolve_algorithm(config.algorithm.name)(config.algorithm.params)
-        for rung in asha_rungs(scheduler.grace_period, scheduler.reduction_factor, config.rounds):
-            if rung != int(rung) or not algorithm.comparable_round(int(rung)):
-                raise ConfigError("search.scheduler.grace_period",
-                                  f"ASHA would compare trials at round {rung:g}, where {config.algorithm.name} "
-                                  f"trials are not comparable (with fedavg_init_every = "
-                                  f"{getattr(config.algorithm.params, 'fedavg_init_every', '?')} accuracy jumps "
-                                  f"on FedAvg-init rounds r ≡ 0 mod P, spec/single_image.md §9); use a grace_period "
-                                  f"that is a multiple of P and an integer reduction_factor, got grace_period "
-                                  f"{scheduler.grace_period}, reduction_factor {scheduler.reduction_factor:g}")
-
-
-def grid_points(space: SearchSpace) -> list[dict]:
-    """Every combination of choice/grid values, expanding conditional parameters only where they apply."""
-    points: list[dict] = [{}]
-    for key, dist in space.parameters.items():
-        expanded = []
-        for point in points:
-            if dist.applies(point):
-                expanded.extend({**point, key: v} for v in dist.args)
-            else:
-                expanded.append(point)
-        points = expanded
-    return points
 
 
 def load_reference(name: str, preset: Optional[str] = None) -> Optional[Reference]:

@@ -4,12 +4,65 @@ validated by :func:`platform.config.search_space.load_search_space`."""
 from __future__ import annotations
 
 import glob
+import math
 import os
-from typing import Optional
+import re
+from typing import Any, Optional
 
-from platform.config.experiment import load_yaml
 from platform.config.presets import Preset, apply_preset, check_citations, parse_presets, select_preset
 from platform.errors import ConfigError, UserError
+
+# This module imports no torch (nor the config schema, which does): a command finds and reads its space, checks its
+# sections and preset, and refuses a bad one, before it starts Ray (platform.sweep.command).
+
+
+MAX_YAML_BYTES = 1_000_000  # a config or search-space file: far above any real one
+MAX_YAML_NODES = 1_000_000  # values once aliases (*name) are expanded: an alias bomb expands without bound
+
+
+def check_expanded_size(data: Any, where: str) -> None:
+    """Refuse ``data`` whose aliases would expand to more than :data:`MAX_YAML_NODES` values (a YAML alias bomb: a few
+    lines whose nested ``*alias`` references stand for billions of values), counted without expanding them."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        if isinstance(node, (list, dict)):
+            key = id(node)
+            if key not in sizes:
+                sizes[key] = 0  # a self-reference counts once
+                children = list(node.values()) + list(node.keys()) if isinstance(node, dict) else node
+                sizes[key] = 1 + sum(size(child) for child in children)
+                if sizes[key] > MAX_YAML_NODES:
+                    raise ConfigError(where, f"its YAML expands to more than {MAX_YAML_NODES:,} values once its "
+                                             f"aliases (*name) are expanded; allowed: at most {MAX_YAML_NODES:,}")
+            return sizes[key]
+        if isinstance(node, str) and len(node) > MAX_YAML_BYTES:
+            raise ConfigError(where, f"a value of {len(node):,} characters; allowed: at most {MAX_YAML_BYTES:,}")
+        return 1
+
+    try:
+        size(data)
+    except RecursionError:
+        raise ConfigError(where, "its YAML is nested too deeply") from None
+
+
+def load_yaml(path: str) -> Any:
+    """A YAML file's data; one line (ConfigError) when the file is missing, over 1 MB, not YAML, or an alias bomb."""
+    import yaml
+
+    if not os.path.isfile(path):
+        raise ConfigError("", f"config file not found: {path}")
+    if os.path.getsize(path) > MAX_YAML_BYTES:
+        raise ConfigError("", f"{path} is {os.path.getsize(path):,} bytes; a config or search space is at most "
+                              f"{MAX_YAML_BYTES:,}")
+    with open(path) as fh:
+        try:
+            data = yaml.safe_load(fh)
+        except yaml.YAMLError as err:
+            raise ConfigError("", f"{path} is not valid YAML: {err}".replace("\n", " ")) from None
+    check_expanded_size(data, path)
+    return data
+
 
 def search_space_dirs() -> list[str]:
     """Where named search spaces are looked up: $FEDSWEEP_SEARCH_SPACES, ./search_spaces, the repo's own."""
@@ -39,7 +92,8 @@ def find_search_space(name: str) -> str:
     raise UserError(f"unknown search space {name!r}; available: {', '.join(available_search_spaces()) or 'none'}")
 
 
-SECTIONS = ("description", "base", "parameters", "search", "resources", "scenarios", "reference", "presets")
+SECTIONS = ("description", "base", "parameters", "search", "resources", "scenarios", "reference", "presets",
+            "default_minutes")
 
 
 def read_search_space(name: str, preset: Optional[str] = None) -> tuple[str, dict, dict[str, Preset]]:
@@ -55,8 +109,42 @@ def read_search_space(name: str, preset: Optional[str] = None) -> tuple[str, dic
     unknown = [k for k in raw if k not in SECTIONS]
     if unknown:
         raise ConfigError(unknown[0], f"unknown section in {path}; allowed: {', '.join(SECTIONS)}")
+    minutes = raw.get("default_minutes")
+    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, (int, float))
+                                or not math.isfinite(minutes) or minutes <= 0):
+        raise ConfigError("default_minutes", f"must be a positive number (the minutes the space's default setting "
+                                             f"takes on 2 CPUs), got {minutes!r}")
     presets = parse_presets(raw.get("presets"))
     chosen = select_preset(presets, preset, os.path.splitext(os.path.basename(path))[0])
     if chosen is not None:
         check_citations(chosen)
     return path, apply_preset(raw, chosen), presets
+
+
+def question(description: str, width: int = 100) -> str:
+    """The first sentence of a space's description (without a leading "One question:"), on one line, cut to about
+    ``width`` characters."""
+    text = re.sub(r"^one question:\s*", "", " ".join(str(description or "").split()), flags=re.IGNORECASE)
+    first = re.split(r"(?<=[.?!])\s+(?=[A-Z(])", text, maxsplit=1)[0]
+    first = first[:1].upper() + first[1:]
+    return first if len(first) <= width else first[:width - 1].rstrip() + "…"
+
+
+def space_listing() -> list[str]:
+    """``--list``: per space, its question (the first sentence of its description), its presets and the minutes its
+    default setting takes on 2 CPUs (``default_minutes:``). Reads the files only (no torch, no validation of values); a
+    file that does not read says why on its line."""
+    lines = []
+    names = available_search_spaces()
+    pad = max((len(n) for n in names), default=0) + 2
+    for name in names:
+        try:
+            _, raw, presets = read_search_space(name)
+        except (ConfigError, UserError) as err:
+            lines.append(f"{name:<{pad}}(does not load: {err})")
+            continue
+        minutes = raw.get("default_minutes")
+        took = f"about {minutes:g} min on 2 CPUs" if minutes is not None else "time not measured"
+        lines.append(f"{name:<{pad}}{question(raw.get('description'))}")
+        lines.append(f"{'':<{pad}}presets: {', '.join(presets) or 'none'}; default setting: {took}")
+    return lines

@@ -98,7 +98,10 @@ def _heading(kind: str, name: str, preset) -> str:
 
 def sweep_plan(space, base_config) -> str:
     """The ``platform.sweep --dry-run`` text of a loaded space."""
+    from platform.config.trials import grid_subset_note
+
     lines = [_heading("sweep", space.name, space.preset)]
+    lines += [f"note: {note}" for note in space.notes]
     if space.preset is not None and space.preset.document:
         lines.append(f"settings from: spec/{space.preset.document} (docs/paper_settings.md cites each value)")
     lines.append(data_status(base_config))
@@ -112,11 +115,20 @@ def sweep_plan(space, base_config) -> str:
     if space.scenarios:
         lines.append(f"scenario cells: {len(cells)} ({' x '.join(space.scenarios)}), one study each, in this order:")
         rounds_key = "rounds" in space.scenarios
+        subsets = [grid_subset_note(space.cell_space(i)) for i in range(len(cells))]
         for i, (label, trials) in enumerate(cells):
             extra = f", {space.cell_space(i).trial_config({}).rounds} rounds" if rounds_key else ""
             lines.append(f"  cell {i + 1:>2}  {label}: {trials} trial(s) ({searcher}){extra}")
+            if subsets[i] and len(set(subsets)) > 1:
+                lines.append(f"           {subsets[i]}")
+        if subsets[0] and len(set(subsets)) == 1:
+            lines.append(f"  every cell: {subsets[0]}")
     else:
         lines.append(f"trials: {cells[0][1]} ({searcher})")
+        if grid_subset_note(space):
+            lines.append(f"  {grid_subset_note(space)}")
+    if searcher == "grid" and space.search.num_samples > 1:
+        lines.append(f"each grid point runs {space.search.num_samples} times (search.num_samples / --repeats)")
     total = sum(t for _, t in cells)
     seeds = space.seeds
     lines.append(f"seeds: {seeds} (replicates inside every trial)")

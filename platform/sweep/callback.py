@@ -233,8 +233,8 @@ class MlflowSweepCallback(tune.Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         self._finish(trial, STATUS_FAILED, "FAILED")
         line = _last_error_line(trial)
-        if line:
-            self._say(f"{self._label(trial)} error: {line}")
+        where = _error_log(trial)
+        self._say(f"{self._label(trial)} error: {line or 'see its log'}" + (f"  (traceback: {where})" if where else ""))
 
 
 def _last_error_line(trial) -> str:
@@ -244,3 +244,20 @@ def _last_error_line(trial) -> str:
     with open(trial.error_file) as fh:
         lines = [ln for ln in fh.read().strip().splitlines() if ln.strip()]
     return lines[-1][:300] if lines else ""
+
+
+def _error_log(trial) -> str:
+    """Where a failed trial's full traceback stays: its error file in Tune's storage (Tune writes it in the driver's
+    staging directory, ``trial.error_file``, and syncs it there), as a path or an s3:// / gs:// URI."""
+    if not trial.error_file:
+        return ""
+    name = os.path.basename(trial.error_file)
+    try:
+        fs_path = trial.storage.trial_fs_path
+        kind = trial.storage.storage_filesystem.type_name
+    except AttributeError:  # another Ray: the staging copy
+        return trial.error_file
+    if kind == "local":
+        return os.path.join(fs_path, name)
+    scheme = {"gcs": "gs"}.get(kind, kind)
+    return f"{scheme}://{fs_path.strip('/')}/{name}"

@@ -28,6 +28,25 @@ def _cell_dir_name(index: int) -> str:
     return f"cell-{index + 1:03d}"
 
 
+def study_names(experiment: str, cells: list[dict]) -> list[str]:
+    """The Optuna study of each scenario cell: the sweep id and the cell's values, ``<sweep id>/lam=0.01`` (a key by
+    its last part where that is unambiguous, several keys separated by spaces), so that optuna-dashboard says which
+    cell a study is. No commas (the parent run's tag lists the studies comma-separated); unique, as the cells are;
+    stable, as --resume recomputes the same cells (and reads the names from the sweep's state, see _run_cells)."""
+    from platform.config.search_space import cell_label
+
+    keys = list(cells[0]) if cells else []
+    short = {k: k.rsplit(".", 1)[-1] for k in keys}
+    if len(set(short.values())) < len(keys):
+        short = {k: k for k in keys}
+    names = []
+    for index, cell in enumerate(cells):
+        label = " ".join(cell_label({short[k]: v}) for k, v in cell.items()).replace(",", ";")
+        name = f"{experiment}/{label}"
+        names.append(name if len(name) <= 250 else f"{experiment}/{_cell_dir_name(index)}")
+    return names
+
+
 def _same_data(shared, config) -> bool:
     """Whether ``shared`` holds ``config``'s dataset, public pool and validation split (pre-training aside:
     :func:`platform.runtime.pretrain.prepare_pretrained` adds what a cell needs)."""
@@ -41,6 +60,7 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
     best trial (or Pareto front) per cell. Returns the parent run's status."""
     from platform.sweep.optuna_store import StudyRecorder  # deferred: start-up time
     from platform.config.search_space import cell_label
+    from platform.config.trials import grid_subset_note
     from platform.runtime.pretrain import prepare_pretrained, sweep_pretrain_configs
     from platform.runtime.federation import share_dataset
     from platform.sweep.callback import MlflowSweepCallback
@@ -50,14 +70,17 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
     if resume_dir:
         sweep_dir = resume_dir
         state = _read_state(sweep_dir)
+        # a sweep from before the studies were named by their cells: the names it started with
+        studies = state.get("studies") or [f"{experiment}/{_cell_dir_name(i)}" for i in range(len(cells))]
     else:
         sweep_dir = _join(storage, experiment)
+        studies = study_names(experiment, cells)
         state = _start_state(sweep_dir, parent_run_id, tracking_uri, space, args.invocation,
-                             scenarios=[cell_label(c) for c in cells], cells_done={})
+                             scenarios=[cell_label(c) for c in cells], cells_done={}, studies=studies)
     done = state.setdefault("cells_done", {})
     log = (lambda *a, **k: None) if args.quiet else print
     rows: list[dict] = answer.cells
-    answer.studies = [f"{experiment}/{_cell_dir_name(i)}" for i in range(len(cells))]
+    answer.studies = list(studies)
     shared = None
     patches_logged = False
     for index, cell in enumerate(cells):
@@ -84,6 +107,8 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
         trainable = _trainable(cell_space, config, shared, args)
         log(f"\ncell {number}/{len(cells)}: {label}: {expected} trial(s), searcher {cell_space.search.searcher}, "
             f"sampler seed {cell_space.search.sampler_seed}", flush=True)
+        if grid_subset_note(cell_space):
+            log(f"  grid: {grid_subset_note(cell_space)}", flush=True)
         try:
             grid, callback = _fit_study(trainable, cell_space, config, sweep_dir, _cell_dir_name(index), callback,
                                         log=log)

@@ -70,7 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "GPU-hours on --gpus GPUs; then exit")
     parser.add_argument("--gpus", type=int, metavar="N", help="--estimate: the GPUs to predict for (default: this "
                                                               "machine's, at least 1)")
-    parser.add_argument("--num-samples", type=int, help="number of trials (overrides search.num_samples)")
+    parser.add_argument("--num-samples", type=int, metavar="N",
+                        help="at most N trials per scenario cell, whatever the searcher (a quick look): TPE and random "
+                             "draw N; the grid runs N of its points, spread evenly over it (named in the plan and at "
+                             "the start), once each; overrides search.num_samples")
+    parser.add_argument("--repeats", type=int, metavar="K",
+                        help="grid searcher: run every grid point (or the N of --num-samples) K times; what "
+                             "search.num_samples means for a grid in the file")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
                                                "sqlite:///<results home>/mlflow.db)")
     parser.add_argument("--storage-path", help="Tune storage: a path, s3://bucket/prefix or gs://bucket/prefix "
@@ -89,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-cache", action="store_true",
                         help="recompute cached stages (e.g. one-round client training) in every trial")
     add_ray_arguments(parser)
-    parser.add_argument("--list", action="store_true", help="list the available search spaces and exit")
+    parser.add_argument("--list", action="store_true",
+                        help="list the search spaces (each one's question, presets and the minutes its default takes "
+                             "on 2 CPUs) and exit")
     parser.add_argument("--repair", action="store_true",
                         help="close the MLflow runs of sweeps whose driver died (kill -9, a lost machine) and left "
                              "them RUNNING, in --tracking-uri's store, then exit")
@@ -165,24 +173,30 @@ def main(argv=None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.invocation = None  # set once the flags are final (after --resume restored them)
     if args.list:
-        from platform.config.search_space import available_search_spaces
+        from platform.config.space_files import space_listing
 
-        print("\n".join(available_search_spaces()))
+        print("\n".join(space_listing()))
         return 0
     if args.repair:
         return _repair(args)
     resume_dir = _resolve_resume(args) if args.resume else None
-    if argv is None and args.name and not args.dry_run:  # this process is the command (flags final): a new local Ray starts while torch is
-        quiet_libraries()  # imported and the space checked; a refused input still ends it at once (exit 2, one line)
-        start_ray_early(args.address, args.ray_dashboard)
     if not args.name:
-        from platform.config.search_space import available_search_spaces
+        from platform.config.space_files import available_search_spaces
 
         raise UserError(f"name a search space; available: {', '.join(available_search_spaces())}")
-    if args.num_samples is not None and args.num_samples < 1:
-        raise UserError(f"--num-samples: must be >= 1, got {args.num_samples}")
-    if args.gpus is not None and args.gpus < 1:
-        raise UserError(f"--gpus: must be >= 1, got {args.gpus}")
+    for flag, value in (("--num-samples", args.num_samples), ("--repeats", args.repeats), ("--gpus", args.gpus)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag}: must be >= 1, got {value}")
+    # The checks that need no torch, before Ray starts: the space's file, sections and preset, and every store the
+    # sweep writes. A refused input then ends in well under a second (exit 2, one line).
+    from platform.config.space_files import read_search_space
+
+    read_search_space(args.name, args.preset)
+    planning = args.dry_run or args.estimate
+    storage = None if planning else _check_stores(args)
+    if argv is None and not args.dry_run:  # this process is the command (flags final): a new local Ray starts while
+        quiet_libraries()  # torch is imported and the configs checked; a refused one still ends it at once
+        start_ray_early(args.address, args.ray_dashboard)
     from platform.config.experiment import parse_overrides
     from platform.config.search_space import load_search_space
     from platform.preflight import check_experiment, check_settings
@@ -192,35 +206,50 @@ def main(argv=None) -> int:
         overrides["stand_in"] = True
     args.invocation = _invocation(args)
     # Everything is validated before anything is written: MLflow, Tune storage, Ray.
-    planning = args.dry_run or args.estimate
     space = load_search_space(args.name, overrides, args.num_samples,
-                              check=check_settings if planning else check_experiment, preset=args.preset)
+                              check=check_settings if planning else check_experiment, preset=args.preset,
+                              repeats=args.repeats)
     base_config = space.trial_config({})
+    if args.dry_run:  # the plan names the notes
+        return _plan(args, space, base_config)
+    for note in space.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
     if planning:
         return _plan(args, space, base_config)
     space = _pin_public_image(space, base_config)
-    from platform.results.tracking import check_tracking_uri, resolve_tracking_uri
-    from platform.stages.cache import default_cache_root
-    from platform.stages.storage import check_storage, normalise
-
-    # a path, s3://bucket/prefix or gs://bucket/prefix; a URI is checked for credentials, endpoint, bucket and write
-    # access (a probe object written and deleted), one line naming the option or variable it came from
-    storage = normalise(args.storage_path or _default_storage())
-    check_storage(storage, _storage_flag(args.storage_path, "--storage-path", "FEDSWEEP_STORAGE"))
-    if args.cache_dir or (os.environ.get("FEDSWEEP_CACHE") and not args.no_cache):
-        check_storage(normalise(args.cache_dir or default_cache_root()),
-                      _storage_flag(args.cache_dir, "--cache-dir", "FEDSWEEP_CACHE"))
     if resume_dir:
         _check_resumable(resume_dir, space)
-    tracking_uri = resolve_tracking_uri(args.tracking_uri)
-    check_tracking_uri(tracking_uri)
-    from platform.sweep.optuna_store import check_storage, storage_url
+    from platform.results.tracking import resolve_tracking_uri
+    from platform.sweep.optuna_store import storage_url
 
+    tracking_uri = resolve_tracking_uri(args.tracking_uri)  # checked in _check_stores; creates the results home
     args.optuna_url = storage_url(tracking_uri, args.optuna_storage)
-    check_storage(args.optuna_url)
     quiet_libraries()
     leave_ray_job_working_dir(results_home())
     return _run(args, space, base_config, storage, tracking_uri, resume_dir)
+
+
+def _check_stores(args) -> str:
+    """Every store the sweep writes, checked before Ray starts and torch is imported, without writing anything (one line
+    naming the option or variable): Tune's storage (a path, s3://bucket/prefix or gs://bucket/prefix; a URI is
+    checked for credentials, endpoint, bucket and write access, a probe object written and deleted), the stage cache,
+    the MLflow store and the Optuna storage. Returns Tune's storage."""
+    from platform.results.tracking import DEFAULT_STORE_FILE, check_tracking_uri
+    from platform.stages.storage import check_storage, normalise
+    from platform.sweep import optuna_store
+
+    storage = normalise(args.storage_path or _default_storage())
+    check_storage(storage, _storage_flag(args.storage_path, "--storage-path", "FEDSWEEP_STORAGE"))
+    cache = args.cache_dir or (None if args.no_cache else os.environ.get("FEDSWEEP_CACHE"))
+    if cache:
+        check_storage(normalise(cache), _storage_flag(args.cache_dir, "--cache-dir", "FEDSWEEP_CACHE"))
+    # the URI resolve_tracking_uri gives, without creating the results home it defaults to
+    uri = (args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+           or f"sqlite:///{os.path.join(results_home(), DEFAULT_STORE_FILE)}")
+    check_tracking_uri(uri)
+    if args.optuna_storage or os.environ.get(optuna_store.ENV_STORAGE):  # else beside the MLflow store: checked
+        optuna_store.check_storage(optuna_store.storage_url(uri, args.optuna_storage))
+    return storage
 
 
 def _plan(args, space, base_config) -> int:
@@ -256,6 +285,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     from platform.results.tracking import Tracker, log_patch_samples
 
     from platform.runtime.placement import check_fits_connected_cluster, trials_at_once
+    from platform.config.trials import grid_subset_note
 
     mode = connect_ray(args.address, args.ray_dashboard)
     _stop_on_sigterm()  # after Ray's start, which installs a SIGTERM handler that aborts the process
@@ -277,6 +307,9 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         print(f"sweep {space.name}: {cells}{_expected_trials(space)} trial(s) x {len(space.seeds)} seed(s), "
               f"{rounds}, searcher {space.search.searcher}, {selecting}, "
               f"{trials_at_once(base_config.resources, space.search.max_concurrent_trials)}, Ray {mode}", flush=True)
+        subset = "" if space.scenarios else grid_subset_note(space)
+        if subset:
+            print(f"grid: {subset}", flush=True)
         for metric in space.search.metrics:
             if metric.startswith("test_"):
                 print(f"warning: search.metric {metric} selects on the test set; select on a validation "

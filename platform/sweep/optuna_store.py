@@ -9,7 +9,8 @@ resumed sweep reopens the same study name, so its history continues.
 
 Storage: ``--optuna-storage URL``, else ``$FEDSWEEP_OPTUNA_STORAGE``, else ``sqlite:///optuna.db`` beside a SQLite
 MLflow store (not inside it: both keep an ``alembic_version`` table), else in the results home. Study names are
-the sweep's Tune experiment name (``<space>-<time>``), with ``/cell-NNN`` per scenario cell.
+the sweep's Tune experiment name (``<space>-<time>-<hex>``), with ``/<the cell's values>`` per scenario cell, e.g.
+``fedaux_dp-20261126-011227-624ecf/lam=0.01`` (``platform.sweep.cells.study_names``).
 """
 from __future__ import annotations
 

@@ -137,9 +137,10 @@ def publish(tracker, parent_run_id: str, space, answer: SweepAnswer, optuna_url:
     link = _safely("MLflow view", lambda: _publish_view(tracker, parent_run_id, space))
     _safely("sweep tables and plots", lambda: _log_results(tracker, parent_run_id))
     if optuna_url:
-        for study in answer.studies:
-            _safely(f"Optuna plots of {study}", lambda s=study: _log_study_plots(tracker, parent_run_id, space,
-                                                                                 optuna_url, s, answer))
+        for index, study in enumerate(answer.studies):  # per cell under optuna/cell-NNN/
+            folder = f"cell-{index + 1:03d}" if space.scenarios else ""
+            _safely(f"Optuna plots of {study}", lambda s=study, f=folder: _log_study_plots(
+                tracker, parent_run_id, space, optuna_url, s, answer, f))
     from platform.results.tracking import ui_command
 
     print(f"results: {ui_command(tracker.uri)}", flush=True)
@@ -182,17 +183,17 @@ def _log_results(tracker, parent_run_id: str) -> None:
     log_sweep_artifacts(tracker.uri, parent_run_id)
 
 
-def _log_study_plots(tracker, parent_run_id: str, space, url: str, study_name: str, answer: SweepAnswer) -> None:
+def _log_study_plots(tracker, parent_run_id: str, space, url: str, study_name: str, answer: SweepAnswer,
+                     folder: str = "") -> None:
     from platform.sweep.optuna_store import load_study, write_study_plots
 
     try:
         study = load_study(url, study_name)
     except KeyError:  # no trial ended: the study was never created
         return
-    cell = study_name.rsplit("/", 1)[-1] if "/" in study_name else ""
     with tempfile.TemporaryDirectory() as directory:
         files = write_study_plots(study, directory, f"{space.name}: Optuna study {study_name}",
                                   list(space.search.metrics))
         for path in files:
-            tracker.client.log_artifact(parent_run_id, path, os.path.join(ARTIFACT_OPTUNA, cell).rstrip("/"))
+            tracker.client.log_artifact(parent_run_id, path, os.path.join(ARTIFACT_OPTUNA, folder).rstrip("/"))
 

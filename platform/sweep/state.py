@@ -39,7 +39,7 @@ def _latest_unfinished(storage: str, name: str) -> Optional[str]:
 
 
 # What a sweep's invocation stores (in its STATE_FILE) for --resume to restore: the flags that change the experiment.
-_INVOCATION_FLAGS = {"name": "the search space", "overrides": "--set", "num_samples": "--num-samples",
+_INVOCATION_FLAGS = {"name": "the search space", "overrides": "--set", "num_samples": "--num-samples", "repeats": "--repeats",
                      "tracking_uri": "--tracking-uri", "cache_dir": "--cache-dir", "no_cache": "--no-cache",
                      "optuna_storage": "--optuna-storage", "preset": "--preset", "stand_in": "--stand-in"}
 

@@ -4,8 +4,11 @@ scheduler, the Tune trainable and Tuner, the study run as consecutive Tune exper
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import math
+import os
 import sys
 
 from platform.config.run_schema import METRIC_BEST, METRIC_BEST_TRIAL, REPORTED_TEST_METRICS
@@ -147,6 +150,45 @@ def _tuner(trainable, space, base_config, storage, name, callback, segment, hist
 _REPORTED = REPORTED_TEST_METRICS  # the test figures reported beside the selection metric (as numbers to Tune)
 
 
+TUNE_LOG = "tune_driver.log"  # in a study's directory: Tune's own log records while the study ran
+TUNE_LOGGERS = ("ray.tune", "ray.train", "ray.air")
+
+
+def tune_log_path(study_dir: str) -> str:
+    """Where :func:`tune_log_to` writes a study's Tune log: in the study's directory, or with the storage in a bucket,
+    under ``<results home>/logs``."""
+    from platform.cli import results_home
+    from platform.stages.storage import is_uri
+
+    if not is_uri(study_dir):
+        return os.path.join(study_dir, TUNE_LOG)
+    return os.path.join(results_home(), "logs", study_dir.split("://", 1)[1].strip("/").replace("/", "_") + ".log")
+
+
+@contextlib.contextmanager
+def tune_log_to(path: str):
+    """Tune's own log records while a study runs (its performance warnings, each failed trial's traceback, the
+    ``Tuner.restore(...)`` hint of an interrupted run, its "Trials did not complete") go to the file ``path``, not
+    between the sweep's lines: the callback prints one line per failed trial (its exception and where its traceback
+    is), the command its own resume line."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    saved = []
+    for name in TUNE_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.propagate))
+        logger.addHandler(handler)
+        logger.propagate = False  # not on to Ray's console handler on the "ray" logger
+    try:
+        yield path
+    finally:
+        for logger, propagate in saved:
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+        handler.close()
+
+
 def _fit_study(trainable, space, base_config, parent_dir: str, name: str, callback, log):
     """Run one study (the sweep's, or one scenario cell's) in ``parent_dir``/``name`` as consecutive Tune
     experiments of at most ``search.trials_per_experiment`` trials (platform/sweep/segments.py). On --resume the
@@ -185,7 +227,8 @@ def _fit_study(trainable, space, base_config, parent_dir: str, name: str, callba
             callback = _adopt_callback(tuner, callback)
         else:
             tuner = _tuner(trainable, space, base_config, *where, callback, segment, history=results)
-        grid = tuner.fit()
+        with tune_log_to(tune_log_path(study_dir)):
+            grid = tuner.fit()
         if _interrupted(grid, segment.trials, callback):
             return None, callback
         outcomes = [study_segments.outcome(result, kept) for result in grid]

@@ -57,6 +57,16 @@ def test_each_cell_is_a_study_of_its_own(ray_local, one_torch_thread, tracking_u
     assert len(parents) == 1 and len(children) == 4
     parent = parents[0]
     assert parent.info.status == "FINISHED" and parent.data.params["scenario.partition.alpha"] == "[10, 0.1]"
+    # one Optuna study per cell, named by the sweep and the cell's values; its plots under optuna/cell-NNN
+    import optuna
+
+    studies = parent.data.tags["fedsweep.optuna_studies"].split(",")
+    sweep_id = studies[0].split("/")[0]
+    assert sweep_id.startswith("scen-") and studies == [f"{sweep_id}/alpha=10", f"{sweep_id}/alpha=0.1"]
+    storage = parent.data.tags["fedsweep.optuna_storage"]
+    assert [len(optuna.load_study(study_name=s, storage=storage).trials) for s in studies] == [2, 2]
+    assert [a.path for a in client.list_artifacts(parent.info.run_id, "optuna")] == ["optuna/cell-001",
+                                                                                      "optuna/cell-002"]
 
     # two trials per cell, each child tagged with its cell; the scenario value is in the config, not the sampler
     by_cell = {}

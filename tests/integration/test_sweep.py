@@ -64,11 +64,22 @@ def test_failed_trial_is_marked_failed(ray_local, tracking_uri, tmp_path, capsys
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump(space))
     rc = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune")])
-    capsys.readouterr()
+    captured = capsys.readouterr()
     assert rc == 1
     _, runs = mlflow_runs(tracking_uri, "broken")
     statuses = sorted((r.info.status, r.data.tags.get("status")) for r in runs)
     assert statuses == [("FAILED", "failed"), ("FAILED", "failed")]
+    # one line per failed trial: the exception's last line and where its full traceback is; Tune's own traceback
+    # and warnings go to the study's log (tune_driver.log), not between our lines
+    printed = captured.out + captured.err
+    assert "Traceback" not in printed and "Trial task failed" not in printed, printed
+    errors = [ln for ln in captured.out.splitlines() if "] error: " in ln]
+    assert len(errors) == 1 and "(traceback: " in errors[0], captured.out
+    traceback_file = errors[0].rsplit("(traceback: ", 1)[1].rstrip(")")
+    assert "partition.min_share: no Dirichlet draw" in errors[0]
+    assert os.path.isfile(traceback_file) and "partition.min_share" in open(traceback_file).read(), traceback_file
+    sweep_dir = next(p for p in (tmp_path / "tune").iterdir() if p.name.startswith("broken-"))
+    assert "Trial task failed" in (sweep_dir / "tune_driver.log").read_text()
 
 
 def test_a_long_study_runs_as_several_tune_experiments(ray_local, tracking_uri, tmp_path, capsys):
@@ -171,6 +182,9 @@ def test_a_late_interrupt_is_reported_as_interrupted(tracking_uri, tmp_path, sig
                              " round 2/300", signum)
     assert code == 130, out[-3000:]
     assert "continue with: python -m platform.sweep --resume late-" in out and "best of" not in out
+    # one resume line, ours: not Tune's "Resume experiment with: Tuner.restore(...)" (it goes to the study's log)
+    assert "Tuner.restore" not in out and "Trials did not complete" not in out, out[-3000:]
+    assert sum("continue with:" in line for line in out.splitlines()) == 1, out[-3000:]
     _, runs = mlflow_runs(uri, "late")
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
