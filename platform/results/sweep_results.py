@@ -22,7 +22,7 @@ from platform.errors import UserError
 from platform.config.run_schema import (METRIC_ROUNDS_COMPLETED, PARAM_SCENARIO, PARAM_SEARCH, PARAM_SEEDS, PARAM_SPACE,
                                  PER_SEED_SEPARATOR, STATUS_RUNNING, TAG_DESCRIPTION, TAG_PARENT_RUN, TAG_PRESET, TAG_SCENARIO,
                                  TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, children_filter,
-                                 is_number)
+                                 is_number, parse_infinity, seed_std)
 
 RANGE_KINDS = ("uniform", "loguniform", "int")
 RUN_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
@@ -132,7 +132,9 @@ class Trial:
         values = list(self.per_seed(metric).values())
         if values:
             array = np.asarray(values, dtype=float)
-            return float(array.mean()), (float(array.std(ddof=0)) if len(values) > 1 else None)
+            with np.errstate(invalid="ignore", over="ignore"):
+                mean = float(array.mean())
+            return mean, (seed_std(values) if len(values) > 1 else None)
         return self.metrics.get(metric), self.metrics.get(f"{metric}_std")
 
 
@@ -327,6 +329,8 @@ def _algorithms(params: dict, parameters: dict, scenarios: dict) -> tuple:
 
 def _trial(run, parameters: dict, scenarios: dict, default_seeds: tuple) -> Trial:
     tags, params, metrics = run.data.tags, run.data.params, dict(run.data.metrics)
+    # an infinite value (ε = ∞) is logged as a tag reading "∞" (Tracker.log_metrics): read back as one
+    metrics.update({k: parse_infinity(v) for k, v in tags.items() if k not in metrics and parse_infinity(v)})
     cell_number = tags.get(TAG_SCENARIO_CELL)
     rounds = metrics.get(METRIC_ROUNDS_COMPLETED)
     if rounds is None and str(tags.get(TAG_STOPPED_EARLY, "")).isdigit():

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from platform.config.run_schema import (TAG_BEST_PREFIX, TAG_BEST_RUN, TAG_NOTE, TAG_OPTUNA_STUDIES, TAG_SCENARIO,
-                                 TAG_STATUS, TAG_STOPPED_EARLY)
+                                 TAG_STATUS, TAG_STOPPED_EARLY, figure)
 
 ARTIFACT_OPTUNA = "optuna"  # on the parent run: optuna/[cell-NNN/]optuna_plots.html and one PNG per plot
 
@@ -95,7 +95,7 @@ def _pm(row: dict, key: str) -> str:
     if not isinstance(value, (int, float)):
         return "n/a"
     std = row.get(key + "_std")
-    return f"{value:.4f}" + (f" ± {std:.4f}" if isinstance(std, (int, float)) else "")
+    return figure(value) + (f" ± {figure(std)}" if isinstance(std, (int, float)) else "")
 
 
 def log_best(tracker, parent_run_id: str, best: dict) -> None:
