@@ -62,7 +62,7 @@ def description(space, experiment_id: str, answer: SweepAnswer) -> str:
                         for k in ("test_accuracy", "test_loss") if k != metric and best.get(k) is not None)
         parts += [f"**Best trial:** [{best['name']}]({run_link(experiment_id, best['run_id'])}) with {metric} "
                   f"{best[metric]:.4f}{std} at round {best.get('round')}{tests} (selected on {metric}).", ""]
-        parts += [f"- `{k}` = {v}" for k, v in best.get("params", {}).items()]
+        parts += [f"- `{k}` = {_short(v)}" for k, v in best.get("params", {}).items()]  # 4 significant digits
     if answer.cells:
         parts += ["**Best per scenario cell**", "", f"| cell | scenario | best trial | {metric} | test_accuracy |",
                   "|---|---|---|---|---|"]
@@ -90,6 +90,13 @@ def description(space, experiment_id: str, answer: SweepAnswer) -> str:
     return "\n".join(parts)
 
 
+def _short(value) -> str:
+    """A parameter value as the description and the ``best.*`` params show it: a float to 4 significant digits."""
+    from platform.results.tracking import _short as short
+
+    return short(value)
+
+
 def _pm(row: dict, key: str) -> str:
     value = row.get(key)
     if not isinstance(value, (int, float)):
@@ -103,7 +110,8 @@ def log_best(tracker, parent_run_id: str, best: dict) -> None:
     different best than the one logged before: MLflow params cannot change) and the tag ``best_trial_run_id``."""
     from mlflow.exceptions import MlflowException
 
-    params = {f"{TAG_BEST_PREFIX}{k}": v for k, v in best.get("params", {}).items()}
+    # 4 significant digits, as the UI's columns and the rerun command show them (the exact value: the best run's)
+    params = {f"{TAG_BEST_PREFIX}{k}": _short(v) for k, v in best.get("params", {}).items()}
     try:
         tracker.log_params(parent_run_id, params)
     except MlflowException:
