@@ -506,6 +506,7 @@ def test_the_one_machine_recipe_has_ports_of_its_own_and_an_agent_port_per_node(
     head, worker = cluster_recipe.flags(head_args), cluster_recipe.flags(worker_args)
     for flag, default in RAY_DEFAULT_PORTS.items():
         assert head.get(flag) not in (None, default), (flag, head.get(flag))
+        assert not 10002 <= int(head[flag]) <= 19999, (flag, "in Ray's worker-port range: ray start refuses it")
     assert head["--dashboard-agent-listen-port"] == worker["--dashboard-agent-listen-port"] == "0"
     assert worker["--address"] == f"127.0.0.1:{head['--port']}"
     assert head["--dashboard-host"] == "127.0.0.1" and "--head" in head
