@@ -188,6 +188,9 @@ class Metric:
     mode: str  # "max" or "min"
     doc: str = ""
     headline: bool = False  # one of the method's results (printed by platform.run, logged per seed by a sweep)
+    # a configured value the method reports (FedAUX's privacy ε and δ), not a measured one: it may be infinite
+    # (ε = ∞ is the non-private arm), which is a value, never a sign that training diverged
+    setting: bool = False
 
 
 #: Reported for every method: the global model on the server's validation and test splits, and the clients'

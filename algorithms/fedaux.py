@@ -156,8 +156,10 @@ class FedAUX(FedDF):
     name = "fedaux"
     Hyperparams = FedAUXHyperparams
     metrics = FedDF.metrics + (
-        Metric("privacy_epsilon", "min", "ε of the (ε, δ)-DP release of each client's scoring weights"),
-        Metric("privacy_delta", "min", "δ of the (ε, δ)-DP release of each client's scoring weights"),
+        Metric("privacy_epsilon", "min", "ε of the (ε, δ)-DP release of each client's scoring weights (inf: no "
+                                         "privacy)", setting=True),
+        Metric("privacy_delta", "min", "δ of the (ε, δ)-DP release of each client's scoring weights",
+               setting=True),
         Metric("privacy_sigma", "max", "σ of the Gaussian noise on the scoring weights, mean over the releases "
                                        "kept so far (0 for ε = inf)"),
         Metric("mean_certainty", "max", "mean certainty score s_i(x) of the round's teacher clients over "

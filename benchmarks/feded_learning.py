@@ -87,7 +87,7 @@ def measure(space: str, alphas: Sequence[float], schedules: Sequence[Optional[tu
 
     cache = open_cache(cache_dir)
     records = []
-    ray.init(num_cpus=2, log_to_driver=False, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, log_to_driver=False, include_dashboard=False)  # its own, never a cluster
     try:
         shared = None
         for alpha in alphas:

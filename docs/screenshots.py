@@ -2,6 +2,10 @@
 (optionally) its Optuna study in optuna-dashboard. Needs chromium and chromedriver (apt install chromium
 chromium-driver) and selenium.
 
+Taken the way a user gets there: a fresh browser profile (a first visit) opens the printed ``open:`` link, then
+closes what MLflow 3.17 shows on a first visit, the Assistant panel and the shared-view banner, by clicking them
+away as the README's "Compare results" tells a user to.
+
     python docs/screenshots.py --tracking-uri sqlite:///mlflow.db --space smoke
     python docs/screenshots.py --tracking-uri sqlite:///mlflow.db --space smoke \\
         --optuna-storage sqlite:///optuna.db --study smoke-20260101-120000
@@ -24,6 +28,8 @@ from platform.results.mlflow_ui import (deep_link, free_port, run_link, start_se
                                 wait_for_server)
 
 WINDOW = (1600, 1000)
+ASSISTANT_CLOSE = "mlflow.assistant.chat_panel.close"  # the Assistant panel's x (MLflow 3.17)
+SHARED_VIEW_DISMISS = "shared_view.dismiss"  # the end of the shared-view banner's dismiss button's component id
 WAIT_S = 60
 SETTLE_S = 1.5  # let charts and fonts finish drawing after the awaited element appears
 
@@ -70,11 +76,23 @@ def chromium():
     width, height = WINDOW  # the page itself, not the window around it
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
-    # MLflow's assistant panel opens on a first visit: start as a returning user who closed it
-    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": (
-        "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true');"
-        "localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');")})
-    return driver
+    return driver  # a new profile: the UI sees a first visit, as a user opening the printed link does
+
+
+def close_first_visit_panels(driver) -> list[str]:
+    """Do what the README tells a first-time user (Compare results): close the MLflow Assistant panel that MLflow
+    3.17 opens on a first visit (its x; the UI remembers it) and dismiss the "You're viewing a shared view" banner
+    above the runs table. Returns what was closed."""
+    from selenium.webdriver.common.by import By
+
+    closed = []
+    for selector, what in ((f"button[data-component-id='{ASSISTANT_CLOSE}']", "the Assistant panel"),
+                           (f"button[data-component-id$='{SHARED_VIEW_DISMISS}']", "the shared-view banner")):
+        for button in driver.find_elements(By.CSS_SELECTOR, selector):
+            if button.is_displayed():
+                button.click()
+                closed.append(what)
+    return closed
 
 
 def wait_for(driver, condition, what: str):
@@ -99,10 +117,10 @@ def runs_table(driver, url: str, path: str) -> None:
         return footer and len(d.find_elements(By.CSS_SELECTOR, ".ag-pinned-left-cols-container .ag-row")) == int(
             footer.group(1))
 
-    driver.get(url)
+    driver.get(url)  # the printed open: link, on a first visit
     wait_for(driver, loaded, "the runs table")
-    for hide in driver.find_elements(By.CSS_SELECTOR, "button[data-component-id$='shared_view.dismiss']"):
-        hide.click()  # the "You're viewing a shared view" banner
+    closed = close_first_visit_panels(driver)
+    print(f"closed {' and '.join(closed)}, as the README says" if closed else "no first-visit panel to close")
     shoot(driver, path)
 
 

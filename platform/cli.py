@@ -75,6 +75,9 @@ def quiet_libraries() -> None:
     # ray.init's notice that a new local instance uses token authentication (Ray's default): not a warning about
     # anything the user did, and a command that refuses its input while Ray starts prints one line only.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    # Tune's TensorBoard logger warns "NaN or Inf found in input tensor." for every infinite result: ε = ∞ (the
+    # non-private arm of a DP sweep) is a value, and a NaN is reported by the sweep itself (status diverged).
+    logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
 
 
 def leave_ray_job_working_dir(home: str) -> None:

@@ -7,7 +7,8 @@ Metric names themselves are declared by the algorithms (``algorithms.base.STANDA
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+import math
+from typing import Any, Iterable, Optional
 
 # Tags
 TAG_STATUS = "status"  # one of the STATUS_* values below
@@ -40,7 +41,8 @@ STATUS_COMPLETED = "completed"
 STATUS_EARLY_STOPPED = "early-stopped"
 STATUS_FAILED = "failed"
 STATUS_INTERRUPTED = "interrupted"
-STATUS_DIVERGED = "diverged"  # ran every round, but its last search metric is NaN or infinite: never chosen as best
+STATUS_DIVERGED = "diverged"  # ran every round, but a last search metric is NaN, or infinite though measured (see
+#                                :func:`diverged`; ε = ∞ is a setting, not a divergence): never chosen as best
 
 # Parameter prefixes on a sweep's parent run
 PARAM_BASE = "base."  # the base experiment config
@@ -122,3 +124,64 @@ ARTIFACT_SCENARIOS_JSON = "scenarios/best_per_cell.json"  # the same rows as a J
 #   multi-objective rows also hold each cell's front), plus a rerun command per cell
 ARTIFACT_SCENARIO_FRONTS_CSV = "scenarios/pareto_fronts.csv"  # multi-objective: every cell's front, one row per
 #   (cell, front trial)
+
+
+# ---- Infinite values, divergence and the std over seeds ----
+# MLflow stores an infinite metric as ±1.797e308 (and the UI shows that number). A metric value that is ±∞ (FedAUX's
+# privacy_epsilon at ε = ∞, the non-private arm) is therefore logged as a tag of the same name whose value is
+# INFINITY ("∞") or "-∞", and left out of the metrics; platform.results.sweep_results reads it back as ±inf.
+INFINITY = "∞"
+
+
+def infinity_text(value: float) -> str:
+    """``"∞"`` or ``"-∞"``: how an infinite value is written in tags, tables and the console."""
+    return INFINITY if value > 0 else f"-{INFINITY}"
+
+
+def parse_infinity(text: Any) -> Optional[float]:
+    """±inf for a tag value written by :func:`infinity_text`, else None."""
+    return {INFINITY: math.inf, f"-{INFINITY}": -math.inf}.get(str(text))
+
+
+def figure(value: Any, decimals: int = 4) -> str:
+    """A reported figure: ``0.8333`` (``decimals`` places), ``∞`` / ``-∞``, ``nan``; anything else as ``str``."""
+    if not is_number(value):
+        return str(value)
+    if math.isinf(value):
+        return infinity_text(value)
+    return "nan" if math.isnan(value) else f"{value:.{decimals}f}"
+
+
+def setting_metrics() -> frozenset:
+    """The metrics a registered method declares as a setting (``algorithms.base.Metric.setting``: a configured value
+    it reports, such as FedAUX's ``privacy_epsilon``, which may be infinite)."""
+    import algorithms  # deferred: torch
+
+    return frozenset(m.name for cls in algorithms.ALGORITHMS.values() for m in cls.declared_metrics().values()
+                     if m.setting)
+
+
+def diverged(metrics: dict, names: Iterable[str], settings: Iterable[str] = ()) -> bool:
+    """Whether a trial whose last reported metrics are ``metrics`` diverged: one of ``names`` (its search metrics)
+    is NaN, or is infinite though it is measured. An infinite setting (one of ``settings``, e.g. privacy_epsilon at
+    ε = ∞, the non-private arm) is a value, not a divergence."""
+    settings = set(settings)
+    for name in names:
+        value = metrics.get(name)
+        if is_number(value) and (math.isnan(value) or (math.isinf(value) and name not in settings)):
+            return True
+    return False
+
+
+def seed_std(values: Iterable[float]) -> float:
+    """The population std (ddof 0, as the thesis reports) of one metric over a trial's seeds. Equal values have std
+    0, equal infinities included (numpy's std of [inf, inf] is NaN, with a warning); a mix of infinite and other
+    values has no std (NaN, without a warning)."""
+    import numpy as np  # deferred: start-up time
+
+    array = np.asarray(list(values), dtype=float)
+    if array.size and bool(np.all(array == array[0])):
+        return 0.0
+    if not np.all(np.isfinite(array)):
+        return math.nan
+    return float(array.std())

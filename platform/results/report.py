@@ -235,15 +235,22 @@ def render_markdown(blocks: Sequence[Block]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _inline_html(text: str) -> str:
-    escaped = html.escape(str(text), quote=False)
+def _inline_html(text: str, header: bool = False) -> str:
+    """``text`` with `code` and **bold** as HTML; a figure "0.9123 ± 0.0101" breaks before "±" only; in a
+    ``header``, a name may break after "_" and "." (``client_val_accuracy_p10``): a table of metric columns fits a
+    1280 px page."""
+    escaped = html.escape(str(text), quote=False).replace(" ± ", " ±\u00a0")
+    if header:
+        escaped = re.sub(r"([_.])", r"\1<wbr>", escaped)
     escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
     return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", escaped)
 
 
+# Tables wrap (headers at "_" and ".", names at spaces, figures before "±"): a report's metric columns fit a 1280 px
+# window (tests/integration/test_report.py measures it in Chromium).
 _STYLE = ("body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;line-height:1.45}"
           "table{border-collapse:collapse;margin:0.5rem 0 1.5rem}th,td{border:1px solid #ccc;padding:0.25rem 0.5rem;"
-          "text-align:left;white-space:nowrap}th{background:#f3f3f3}tr.best td{font-weight:bold;background:#fff8d6}"
+          "text-align:left;vertical-align:top}th{background:#f3f3f3}tr.best td{font-weight:bold;background:#fff8d6}"
           "div.table{overflow-x:auto}"
           "img{max-width:100%}code{background:#f3f3f3;padding:0 0.2rem}")
 
@@ -267,7 +274,7 @@ def render_html(blocks: Sequence[Block], title: str, directory: str) -> str:
                 data = base64.b64encode(fh.read()).decode("ascii")
             parts.append(f"<p><img alt=\"{html.escape(block.alt)}\" src=\"data:image/png;base64,{data}\"></p>")
         elif isinstance(block, TextTable):
-            head = "".join(f"<th>{_inline_html(h)}</th>" for h in block.headers)
+            head = "".join(f"<th>{_inline_html(h, header=True)}</th>" for h in block.headers)
             rows = "".join(("<tr class=\"best\">" if i in block.bold else "<tr>")
                            + "".join(f"<td>{_inline_html(c)}</td>" for c in row) + "</tr>"
                            for i, row in enumerate(block.rows))
@@ -285,11 +292,30 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "?", "!")) else text + "."
 
 
+# Words a "." follows inside a sentence ("Alg. 9", "Fig. 8", "eq. 3.4", "e.g. ..."): never the end of one.
+_ABBREVIATIONS = {"alg", "algs", "fig", "figs", "eq", "eqs", "sec", "secs", "tab", "ch", "app", "thm", "def", "no",
+                  "nos", "cf", "e.g", "i.e", "vs", "al", "approx", "resp", "ref", "refs", "p", "pp", "vol", "ed"}
+
+
 def _question(description: str) -> str:
-    """The description's first sentence (a space's description starts with its question)."""
-    text = " ".join(description.split())
-    match = re.search(r"[?.](\s|$)", text)
-    return text[:match.end()].strip() if match else text
+    """The description's question: its first sentence (a space's description starts with its question), never cut
+    inside brackets or after an abbreviation ("(Alg. 9)", "Fig. 8"); the whole first paragraph when no sentence ends
+    in it."""
+    paragraph = re.split(r"\n\s*\n", description.strip(), maxsplit=1)[0]
+    text = " ".join(paragraph.split())
+    depth = 0
+    for i, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(depth - 1, 0)
+        elif char in ".?!" and depth == 0 and (i + 1 == len(text) or text[i + 1] == " "):
+            after = text[i + 2:i + 3]
+            if char == "." and (text[:i].rsplit(" ", 1)[-1].lstrip("(\"'").lower() in _ABBREVIATIONS
+                                or (after and not after.isupper())):
+                continue  # "Alg. 9", "e.g. the", "4.3. then": the sentence goes on
+            return text[:i + 1]
+    return text
 
 
 def header_blocks(results: SweepResults, objective: Objective) -> list[Block]:
@@ -300,6 +326,9 @@ def header_blocks(results: SweepResults, objective: Objective) -> list[Block]:
               else results.status)
     setting = (f"preset `{results.preset}` (`--preset {results.preset}`; its values and sources: "
                f"docs/paper_settings.md)" if results.preset else "the space's embedded default (no `--preset`)")
+    overrides = results.overrides
+    setting += ("; overrides: " + ", ".join(f"`{o}`" if o.startswith("--") else f"`--set {o}`" for o in overrides)
+                if overrides else "; no `--set` overrides")
     items = [f"**Status:** {status}", f"**Setting:** {setting}",
              f"**Parent run:** `{results.parent_run_id}` ({results.parent_name}), experiment {results.experiment_id}",
              f"**Seeds:** {', '.join(map(str, results.seeds)) or 'n/a'} (mean ± population std over seeds)",
@@ -374,7 +403,9 @@ def plot_blocks(results: SweepResults, table, frame, objective: Objective, out: 
     blocks: list[Block] = []
     written: list[str] = []
     chosen = best_and_worst(results, frame, objective)
-    if chosen:
+    if chosen and max((t.rounds_completed or 0) for _, t in chosen) <= 1:  # a curve of one round is a single dot
+        blocks += [Heading("Learning curves"), Paragraph("None: the trials ran one round.")]
+    elif chosen:
         try:
             path = learning_curves_png(results, chosen, list(dict.fromkeys([objective.metric, TEST_METRIC])),
                                        os.path.join(out, "learning_curves.png"))
@@ -437,6 +468,9 @@ def reference_blocks(results: SweepResults, frame, objective: Objective, referen
             TextTable(["paper", "where", "metric", "paper value", "ours (mean ± std)", "n", "our trial"], rows)]
 
 
+SWEEPS_PER_TABLE = 3  # the comparison's arm table: more sweeps than this are split into several tables
+
+
 def comparison_blocks(sweeps: Sequence[SweepResults], objective: Objective) -> list[Block]:
     """The arms every sweep has, one column group per sweep, then one row per sweep for its overall best."""
     letters = [chr(ord("A") + i) if i < 26 else str(i + 1) for i in range(len(sweeps))]
@@ -452,21 +486,23 @@ def comparison_blocks(sweeps: Sequence[SweepResults], objective: Objective) -> l
                                        f"std over seeds; ★ = the better sweep.")]
     columns = [c for c, _ in shared[0]] if shared and shared[0] else []
     if shared and columns:
-        headers = [("scenario cell" if c == "cell" else f"`{c}`") for c in columns]
-        for letter in letters:
-            headers += [f"{letter}: `{m}`" for m in metrics] + [f"{letter}: n", f"{letter}: trials"]
-        rows = []
-        for key in shared:
-            group = [p[key] for p in per_sweep]
-            winner = best_arm_index(group, objective)
-            row = [text for _, text in key]
-            for i, arm in enumerate(group):
-                figures = [mean_std(arm.best, m) for m in metrics]
-                if i == winner and len(sweeps) > 1:
-                    figures[0] = "★ " + figures[0]
-                row += figures + [_seeds_n(arm.best), str(arm.trials)]
-            rows.append(row)
-        blocks.append(TextTable(headers, rows))
+        winners = [best_arm_index([p[key] for p in per_sweep], objective) for key in shared]
+        for start in range(0, len(sweeps), SWEEPS_PER_TABLE):  # a table fits a 1280 px page: split by sweeps
+            chunk = range(start, min(start + SWEEPS_PER_TABLE, len(sweeps)))
+            headers = [("scenario cell" if c == "cell" else f"`{c}`") for c in columns]
+            for i in chunk:
+                headers += [f"{letters[i]}: `{m}`" for m in metrics] + [f"{letters[i]}: n", f"{letters[i]}: trials"]
+            rows = []
+            for key, winner in zip(shared, winners):
+                row = [text for _, text in key]
+                for i in chunk:
+                    arm = per_sweep[i][key]
+                    figures = [mean_std(arm.best, m) for m in metrics]
+                    if i == winner and len(sweeps) > 1:
+                        figures[0] = "★ " + figures[0]
+                    row += figures + [_seeds_n(arm.best), str(arm.trials)]
+                rows.append(row)
+            blocks.append(TextTable(headers, rows))
     else:
         blocks.append(Paragraph("The sweeps share no arm (their scenario cells or categorical parameters differ): "
                                 "overall best only."))

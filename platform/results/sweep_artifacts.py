@@ -9,11 +9,14 @@ run; ``python -m platform.report`` builds its report from the same table.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
+
+from platform.config.run_schema import INFINITY, is_number
 
 from platform.results.sweep_results import (Objective, SweepResults, SweptParameter, Trial, load_sweep, metric_history,
                                             mlflow_client, value_text)
@@ -117,6 +120,37 @@ def _figure(width: float, height: float):
     return fig
 
 
+def infinity_position(values: Iterable, scale: str = "linear") -> Optional[float]:
+    """Where +∞ (ε = ∞, the non-private end) is drawn on an axis holding ``values``: past the largest finite value by
+    a fifth of the finite range (on a log axis, by a fifth of the decades, at least half a decade); None when no
+    value is +∞."""
+    numbers = [float(v) for v in values if is_number(v) and not math.isnan(float(v))]
+    if math.inf not in numbers:
+        return None
+    finite = [v for v in numbers if math.isfinite(v)]
+    if not finite:
+        return 1.0
+    low, high = min(finite), max(finite)
+    if scale != "linear" and high > 0:
+        positive = [v for v in finite if v > 0]
+        decades = math.log10(high / min(positive)) if positive else 1.0
+        return high * 10 ** max(0.5, decades / 5)
+    return high + ((high - low) / 5 or abs(high) / 2 or 1.0)
+
+
+def mark_infinity(ax, axis: str, position: float, label: str) -> None:
+    """A dotted line at ``position`` on ``axis`` ("x" or "y") labelled ``label`` (e.g. "privacy_epsilon = ∞"): the
+    points drawn there are infinite values, put at the axis's far end."""
+    if axis == "x":
+        ax.axvline(position, linestyle=":", color="0.4", linewidth=1, zorder=1)
+        ax.annotate(label, xy=(position, 1), xycoords=("data", "axes fraction"), xytext=(-3, -4),
+                    textcoords="offset points", rotation=90, ha="right", va="top", fontsize=8, color="0.3")
+    else:
+        ax.axhline(position, linestyle=":", color="0.4", linewidth=1, zorder=1)
+        ax.annotate(label, xy=(0, position), xycoords=("axes fraction", "data"), xytext=(4, 3),
+                    textcoords="offset points", ha="left", va="bottom", fontsize=8, color="0.3")
+
+
 def _colours(count: int) -> list:
     from matplotlib import colormaps
 
@@ -134,14 +168,15 @@ class SensitivitySeries:
 
 def sensitivity_series(table, parameter: SweptParameter, metric: str) -> list[SensitivitySeries]:
     """The points of ``metric`` against ``parameter``, per scenario cell in table order: trials where the parameter is
-    inactive, or its value is not finite, or that reported no ``metric``, are left out. Raises ValueError when no
-    point is left."""
+    inactive, or its value is NaN or -∞, or that reported no ``metric``, are left out (+∞, e.g. ε = ∞, is kept:
+    :func:`sensitivity_png` draws it at the far end). Raises ValueError when no point is left."""
     import numpy as np
 
     frame = table_frame(table)
     frame = frame[frame[parameter.key].notna() & frame[f"{metric}_mean"].notna()]
     if parameter.numeric:
-        frame = frame[np.isfinite(frame[parameter.key].astype(float))]
+        values = frame[parameter.key].astype(float)
+        frame = frame[np.isfinite(values) | (values == np.inf)]
     if frame.empty:
         raise ValueError(f"no trial has both {parameter.key} and {metric}")
     order = {v: i for i, v in enumerate(parameter.values if parameter.boolean else
@@ -174,13 +209,20 @@ def sensitivity_png(results: SweepResults, table, parameter: SweptParameter, pat
     fig = _figure(6.4, 4.2)
     ax = fig.add_subplot(1, 1, 1)
     if parameter.numeric:
+        scale, kwargs = parameter.x_scale()
+        far = infinity_position([x for one in series for x, _ in one.trial_means], scale)
+
+        def placed(points):  # +∞ at the axis's far end
+            return [(far if x == math.inf else x, y) for x, y in points]
+
         for one, colour in zip(series, colours):
             if one.seed_points:
-                ax.scatter(*zip(*one.seed_points), s=12, alpha=0.35, color=colour, linewidths=0)
-            ax.plot(*zip(*one.trial_means), "o-" if one.cell is not None else "o", markersize=7, color=colour,
-                    label=one.cell if one.cell is not None else "trial mean over seeds")
-        scale, kwargs = parameter.x_scale()
+                ax.scatter(*zip(*placed(one.seed_points)), s=12, alpha=0.35, color=colour, linewidths=0)
+            ax.plot(*zip(*placed(one.trial_means)), "o-" if one.cell is not None else "o", markersize=7,
+                    color=colour, label=one.cell if one.cell is not None else "trial mean over seeds")
         ax.set_xscale(scale, **kwargs)
+        if far is not None:
+            mark_infinity(ax, "x", far, f"{parameter.key} = {INFINITY}")
     else:
         rng = np.random.default_rng(0)  # the strip's jitter: the same picture every time
         values = list(parameter.values if parameter.boolean else [value_text(v) for v in parameter.values])

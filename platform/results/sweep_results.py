@@ -20,9 +20,9 @@ from typing import Any, Iterable, Optional
 from platform.cli import sqlite_path
 from platform.errors import UserError
 from platform.config.run_schema import (METRIC_ROUNDS_COMPLETED, PARAM_SCENARIO, PARAM_SEARCH, PARAM_SEEDS, PARAM_SPACE,
-                                 PER_SEED_SEPARATOR, STATUS_RUNNING, TAG_DESCRIPTION, TAG_PARENT_RUN, TAG_PRESET, TAG_SCENARIO,
-                                 TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, children_filter,
-                                 is_number)
+                                 PER_SEED_SEPARATOR, STATUS_RUNNING, TAG_COMMAND, TAG_DESCRIPTION, TAG_PARENT_RUN,
+                                 TAG_PRESET, TAG_SCENARIO, TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS,
+                                 TAG_STOPPED_EARLY, children_filter, is_number, parse_infinity, seed_std)
 
 RANGE_KINDS = ("uniform", "loguniform", "int")
 RUN_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
@@ -132,7 +132,9 @@ class Trial:
         values = list(self.per_seed(metric).values())
         if values:
             array = np.asarray(values, dtype=float)
-            return float(array.mean()), (float(array.std(ddof=0)) if len(values) > 1 else None)
+            with np.errstate(invalid="ignore", over="ignore"):
+                mean = float(array.mean())
+            return mean, (seed_std(values) if len(values) > 1 else None)
         return self.metrics.get(metric), self.metrics.get(f"{metric}_std")
 
 
@@ -155,6 +157,32 @@ class SweepResults:
     algorithms: tuple  # the algorithm names the sweep can run (base, swept, scenario)
     trials: tuple  # Trial, ... in (cell, start) order
     preset: Optional[str] = None  # the preset the sweep ran (--preset); None: the space's default
+    command: str = ""  # the command line that started it (tag fedsweep.command)
+
+    @property
+    def overrides(self) -> list[str]:
+        """What the command changed beyond the preset: each ``--set KEY=VALUE`` as ``KEY=VALUE``, in order, then
+        ``--num-samples N`` and ``--stand-in`` as given."""
+        import shlex
+
+        try:
+            words = shlex.split(self.command)
+        except ValueError:
+            words = self.command.split()
+        out, other = [], []
+        for i, word in enumerate(words):
+            value = words[i + 1] if i + 1 < len(words) else None
+            if word == "--set" and value is not None:
+                out.append(value)
+            elif word.startswith("--set="):
+                out.append(word[len("--set="):])
+            elif word == "--num-samples" and value is not None:
+                other.append(f"--num-samples {value}")
+            elif word.startswith("--num-samples="):
+                other.append(f"--num-samples {word.split('=', 1)[1]}")
+            elif word == "--stand-in":
+                other.append(word)
+        return out + other
 
     @property
     def running(self) -> bool:
@@ -327,6 +355,8 @@ def _algorithms(params: dict, parameters: dict, scenarios: dict) -> tuple:
 
 def _trial(run, parameters: dict, scenarios: dict, default_seeds: tuple) -> Trial:
     tags, params, metrics = run.data.tags, run.data.params, dict(run.data.metrics)
+    # an infinite value (ε = ∞) is logged as a tag reading "∞" (Tracker.log_metrics): read back as one
+    metrics.update({k: parse_infinity(v) for k, v in tags.items() if k not in metrics and parse_infinity(v)})
     cell_number = tags.get(TAG_SCENARIO_CELL)
     rounds = metrics.get(METRIC_ROUNDS_COMPLETED)
     if rounds is None and str(tags.get(TAG_STOPPED_EARLY, "")).isdigit():
@@ -384,7 +414,8 @@ def load_sweep(tracking_uri: str, ref: str, option: str = "sweep", preset: Optio
         parameters=parameters, scenarios=scenarios, objectives=_objectives(params),
         searcher=params.get(f"{PARAM_SEARCH}searcher", ""),
         num_samples=int(num_samples) if is_number(num_samples) else None, seeds=seeds,
-        algorithms=_algorithms(params, parameters, scenarios), trials=tuple(trials))
+        algorithms=_algorithms(params, parameters, scenarios), trials=tuple(trials),
+        command=tags.get(TAG_COMMAND, ""))
 
 
 def metric_history(results: SweepResults, run_id: str, metric: str) -> tuple[list[int], list[float]]:

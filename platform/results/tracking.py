@@ -7,6 +7,7 @@ rather than leaving them RUNNING.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shlex
 import subprocess
@@ -15,7 +16,8 @@ from typing import Any, Optional
 
 from platform.cli import check_writable_dir, results_home, sqlite_path
 from platform.config.run_schema import (ARTIFACT_ARRAYS, MAX_ARRAY_ELEMENTS, RESULT_ARRAYS, RESULT_DETAILS, STATUS_INTERRUPTED,
-                                 TAG_PARENT_RUN, TAG_STATUS, children_filter, round_metrics as _round_metrics)
+                                 TAG_PARENT_RUN, TAG_STATUS, children_filter, infinity_text,
+                                 round_metrics as _round_metrics)
 from platform.errors import UserError
 
 DEFAULT_STORE_FILE = "mlflow.db"
@@ -168,13 +170,22 @@ class Tracker:
             self.client.log_batch(run_id, params=items[i:i + 100])
 
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int = 0) -> None:
-        from mlflow.entities import Metric
+        """``metrics`` at ``step``; an infinite value (ε = ∞) as a tag of the same name reading "∞" (MLflow would
+        store it as 1.797e308): see :data:`platform.config.run_schema.INFINITY`."""
+        from mlflow.entities import Metric, RunTag
         import time
 
         now = int(time.time() * 1000)
-        items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
-        if items:
-            self.client.log_batch(run_id, metrics=items)
+        items, tags = [], []
+        for key, value in metrics.items():
+            if value is None:
+                continue
+            if math.isinf(float(value)):
+                tags.append(RunTag(key, infinity_text(float(value))))
+            else:
+                items.append(Metric(key, float(value), now, step))
+        if items or tags:
+            self.client.log_batch(run_id, metrics=items, tags=tags)
 
     def set_tag(self, run_id: str, key: str, value: str) -> None:
         self.client.set_tag(run_id, key, value)

@@ -19,7 +19,8 @@ from platform.stages.cache import open_cache
 from platform.runtime.federation import Federation, SharedData, WarmActors, one_round_stage, share_dataset
 from platform.runtime.placement import current_placement, own_placement
 from platform.runtime.seeding import replicate_over_seeds
-from platform.config.run_schema import REPORTED_TEST_METRICS, RESULT_ARRAYS, RESULT_CLIENT_PATHS, per_seed_key, tune_result
+from platform.config.run_schema import (REPORTED_TEST_METRICS, RESULT_ARRAYS, RESULT_CLIENT_PATHS, per_seed_key, seed_std,
+                                        tune_result)
 
 NOT_SUMMARISED = ("round", "clients")
 # Metrics also reported per seed, as ``<metric>/seed_<seed>`` (e.g. ``test_accuracy/seed_3``): the headline figures
@@ -32,7 +33,8 @@ WARM_ACTORS = WarmActors()
 
 def summarise_seeds(per_seed: list[dict], seeds: list[int] | None = None,
                     per_seed_metrics: tuple[str, ...] = PER_SEED_METRICS) -> dict:
-    """Mean over seeds of every metric, plus ``<metric>_std`` (population std, ddof 0 as the thesis reports)
+    """Mean over seeds of every metric, plus ``<metric>_std`` (population std, ddof 0 as the thesis reports; equal
+    infinities have std 0: :func:`platform.config.run_schema.seed_std`)
     for the non-timing metrics when there are several seeds, and, given the ``seeds`` (in ``per_seed`` order),
     each of ``per_seed_metrics`` per seed as ``<metric>/seed_<seed>``. The method's arrays (``RESULT_ARRAYS``, on
     the rounds due) are the first seed's, as the logged partition is."""
@@ -40,9 +42,10 @@ def summarise_seeds(per_seed: list[dict], seeds: list[int] | None = None,
     keys = [k for k in per_seed[0] if k not in NOT_SUMMARISED and isinstance(per_seed[0][k], (int, float))]
     for key in keys:
         values = np.array([m[key] for m in per_seed if key in m], dtype=float)
-        out[key] = float(values.mean())
+        with np.errstate(invalid="ignore", over="ignore"):  # ε = ∞ on every seed: the mean is ∞, no warning
+            out[key] = float(values.mean())
         if len(per_seed) > 1 and not key.endswith("seconds"):
-            out[f"{key}_std"] = float(values.std())
+            out[f"{key}_std"] = seed_std(values)  # equal infinities: 0, not NaN
         if seeds is not None and key in per_seed_metrics:
             out.update({per_seed_key(key, seed): float(m[key]) for seed, m in zip(seeds, per_seed) if key in m})
     if per_seed[0].get(RESULT_ARRAYS):

@@ -5,7 +5,6 @@ A module of its own because its base class imports ``ray.tune`` (about 0.7 s), w
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from typing import Any, Optional
 
@@ -15,7 +14,7 @@ from platform.config.run_schema import (METRIC_BEST, METRIC_FINAL, METRIC_ROUNDS
                                  RESULT_ARRAYS, STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED,
                                  STATUS_FAILED, STATUS_RUNNING, TAG_SAMPLED, TAG_SAMPLER_SEED, TAG_SCENARIO,
                                  TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, TAG_TRIAL_ID,
-                                 children_filter)
+                                 children_filter, diverged, figure, setting_metrics)
 from platform.results.tracking import Tracker, _short, log_arrays, log_partition, round_metrics, trial_run_name
 
 
@@ -163,8 +162,8 @@ class MlflowSweepCallback(tune.Callback):
             self.history.setdefault(trial.trial_id, {})[step] = value
             if prev is None or (value > prev if mode == "max" else value < prev):
                 self.best[trial.trial_id] = value
-            std = f" ± {metrics[metric + '_std']:.4f}" if metric + "_std" in metrics else ""
-            self._say(f"{self._label(trial)} round {step}/{self.total_rounds}  {metric} {value:.4f}{std}")
+            std = f" ± {figure(metrics[metric + '_std'])}" if metric + "_std" in metrics else ""
+            self._say(f"{self._label(trial)} round {step}/{self.total_rounds}  {metric} {figure(value)}{std}")
 
     def _round_objectives(self, trial, step: int, metrics: dict) -> None:
         """Multi-objective: track each objective's best so far (``best`` holds a dict per trial) and print them
@@ -177,8 +176,8 @@ class MlflowSweepCallback(tune.Callback):
             value, prev = metrics[metric], best.get(metric)
             if prev is None or (value > prev if mode == "max" else value < prev):
                 best[metric] = value
-            std = f" ± {metrics[metric + '_std']:.4f}" if metric + "_std" in metrics else ""
-            shown.append(f"{metric} {value:.4f}{std}")
+            std = f" ± {figure(metrics[metric + '_std'])}" if metric + "_std" in metrics else ""
+            shown.append(f"{metric} {figure(value)}{std}")
         if shown:
             self._say(f"{self._label(trial)} round {step}/{self.total_rounds}  " + "  ".join(shown))
 
@@ -207,7 +206,7 @@ class MlflowSweepCallback(tune.Callback):
                               {"mlflow_run_id": run_id, "run_name": self.names.get(trial.trial_id, ""),
                                "status": status, "rounds_completed": last.get("round", 0),
                                "seeds": str(self.space.seeds)})
-        final = "".join(f"  {m} {last[m]:.4f}" for m in self.space.search.metrics if m in last)
+        final = "".join(f"  {m} {figure(last[m])}" for m in self.space.search.metrics if m in last)
         self._say(f"{self._label(trial)} {status}{final}")
         # An ended trial's round figures are in MLflow and the study now: keep only its run's identity, so the
         # callback (and Tune's saved experiment state) grows by a few ids per trial, not by every metric it
@@ -220,7 +219,7 @@ class MlflowSweepCallback(tune.Callback):
         last = self.last.get(trial.trial_id, {})
         rounds = last.get("round", 0)
         status = STATUS_COMPLETED if rounds >= self.total_rounds else STATUS_EARLY_STOPPED
-        if any(m in last and not math.isfinite(last[m]) for m in self.space.search.metrics):
+        if diverged(last, self.space.search.metrics, setting_metrics()):  # NaN; ε = ∞ is a value, not a divergence
             status = STATUS_DIVERGED
         self._finish(trial, status, "FINISHED")
 

@@ -285,4 +285,6 @@ def _short(value) -> str:
 
 def _figure(value) -> str:
     """A reported figure to 4 decimals (a summary read back from the state file may hold "inf" or "nan")."""
-    return f"{value:.4f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+    from platform.config.run_schema import INFINITY, figure
+
+    return figure(value) if not isinstance(value, str) else {"inf": INFINITY, "-inf": f"-{INFINITY}"}.get(value, value)

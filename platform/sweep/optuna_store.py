@@ -20,6 +20,7 @@ import warnings
 from typing import Any, Optional
 
 from platform.cli import results_home, sqlite_path
+from platform.config.run_schema import diverged, is_number, setting_metrics
 from platform.errors import UserError
 from platform.results.tracking import sqlite_store_lock
 
@@ -102,11 +103,13 @@ class StudyRecorder:
         import optuna
         from optuna.trial import TrialState, create_trial
 
-        values = [last.get(metric) for metric, _ in self.objectives]
-        finite = all(isinstance(v, (int, float)) and v == v and abs(v) != float("inf") for v in values)
+        names = [metric for metric, _ in self.objectives]
+        values = [last.get(metric) for metric in names]
+        # a value to rank: a number, not NaN, infinite only where it is a setting (ε = ∞); Optuna takes inf
+        finite = all(is_number(v) for v in values) and not diverged(last, names, setting_metrics())
         trial_state = {"complete": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "fail": TrialState.FAIL}[state]
         if trial_state == TrialState.COMPLETE and not finite:
-            trial_state = TrialState.FAIL  # a diverged trial (NaN) has no value to rank
+            trial_state = TrialState.FAIL  # a diverged trial (NaN, an infinite loss) has no value to rank
         distributions = {k: optuna_distribution(self.parameters[k]) for k in params if k in self.parameters}
         intermediate = ({int(r): float(v) for r, v in history.items() if v == v and abs(v) != float("inf")}
                         if len(self.objectives) == 1 else {})

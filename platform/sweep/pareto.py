@@ -13,7 +13,7 @@ import sys
 from typing import Optional, Sequence
 
 from platform.config.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTIFACT_PARETO_PNG, METRIC_BEST,
-                                        METRIC_PARETO_SIZE)
+                                        INFINITY, METRIC_PARETO_SIZE, figure)
 
 
 def objective_value(row: dict, metric: str) -> Optional[float]:
@@ -115,10 +115,17 @@ def _front_plot(rows: list[dict], front: list[dict], objectives: list[tuple[str,
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from platform.results.sweep_artifacts import infinity_position, mark_infinity
+
     (x_name, x_mode), (y_name, y_mode) = objectives[:2]
+    far = {name: infinity_position([objective_value(r, name) for r in rows]) for name in (x_name, y_name)}
+
+    def placed(value, name):  # +∞ (ε = ∞, the non-private end) at the axis's far end
+        return far[name] if value == math.inf else value
 
     def points(which):
-        pts = [(objective_value(r, x_name), objective_value(r, y_name)) for r in which]
+        pts = [(placed(objective_value(r, x_name), x_name), placed(objective_value(r, y_name), y_name))
+               for r in which]
         return [(x, y) for x, y in pts if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)]
 
     fig = Figure(figsize=(6.4, 4.8), dpi=100)
@@ -132,13 +139,16 @@ def _front_plot(rows: list[dict], front: list[dict], objectives: list[tuple[str,
         ax.plot(*zip(*on_front), "-", c="tab:red", alpha=0.5, zorder=3)
         ax.scatter(*zip(*on_front), c="tab:red", s=60, edgecolors="black", label=f"Pareto front ({len(front)})",
                    zorder=4)
+    for axis, name in (("x", x_name), ("y", y_name)):
+        if far[name] is not None:
+            mark_infinity(ax, axis, far[name], f"{name} = {INFINITY}")
     ax.set_xlabel(f"{x_name} ({'higher' if x_mode == 'max' else 'lower'} is better)")
     ax.set_ylabel(f"{y_name} ({'higher' if y_mode == 'max' else 'lower'} is better)")
     if len(objectives) > 2:
         title += f" (first 2 of {len(objectives)} objectives)"
     hidden = len(front) - len(on_front)
-    if hidden:  # e.g. ε = inf (non-private): on the front, but no point to draw
-        title += f"\n{hidden} front point(s) not drawn: an infinite value (see pareto_front.csv)"
+    if hidden:  # -∞: on the front, but no point to draw
+        title += f"\n{hidden} front point(s) not drawn: a value of -{INFINITY} (see pareto_front.csv)"
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best")
@@ -177,7 +187,7 @@ def _report_pareto(grid, space, tracker, parent_run_id, callback, answer) -> str
     names = ", ".join(f"{m} ({d})" for m, d in objectives)
     print(f"\nPareto front of {len(complete)} trial(s) ({failed} failed): {len(front)} non-dominated on {names}")
     for row in front:
-        values = "  ".join(f"{m} {row[m]:.4f}" for m, _ in objectives)
+        values = "  ".join(f"{m} {figure(row[m])}" for m, _ in objectives)
         params = ", ".join(f"{k}={v}" for k, v in row["params"].items()) or "(the base config)"
         print(f"  {values}  | {params}")
     print(f"front table: {ARTIFACT_PARETO_JSON}, {ARTIFACT_PARETO_CSV} and {ARTIFACT_PARETO_PNG} on the parent run "

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from typing import Any, Iterable, Optional
+
+from platform.config.run_schema import diverged, is_number, setting_metrics
 
 RECORD_FILE = "segments.json"
 
@@ -145,10 +146,12 @@ def warm_start_study(space, outcomes: list[TrialOutcome], study_name: str):
     directions = ["maximize" if mode == "max" else "minimize" for _, mode in search.objectives]
     study = optuna.create_study(storage=storage, study_name=study_name, directions=directions)
     known = distributions(space.parameters)
+    settings = setting_metrics()
     trials = []
     for item in outcomes:
         values = [item.metrics.get(metric) for metric in search.metrics]
-        if item.error is not None or any(not isinstance(v, (int, float)) or not math.isfinite(v) for v in values):
+        if (item.error is not None or not all(is_number(v) for v in values)
+                or diverged(item.metrics, search.metrics, settings)):  # ε = ∞ is kept: a value, not a divergence
             continue
         params = {k: v for k, v in item.config.items() if k in known}
         trials.append(optuna.trial.create_trial(params=params, distributions={k: known[k] for k in params},

@@ -7,11 +7,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 import sys
 
-from platform.config.run_schema import METRIC_BEST, METRIC_BEST_TRIAL, REPORTED_TEST_METRICS
+from platform.config.run_schema import (METRIC_BEST, METRIC_BEST_TRIAL, REPORTED_TEST_METRICS, diverged, figure,
+                                        setting_metrics)
 from platform.sweep.pareto import _report_pareto
 from platform.sweep.state import _join
 
@@ -267,10 +267,12 @@ def _interrupted(grid, expected: int, callback) -> bool:
 
 
 def _ranked_results(grid, metric: str) -> tuple[list, int]:
-    """The results a best can be chosen from (no error, a finite last ``metric``) and how many diverged (their
-    last ``metric`` is NaN or infinite: reported as diverged, never chosen)."""
+    """The results a best can be chosen from (no error, a last ``metric`` that did not diverge) and how many
+    diverged (their last ``metric`` is NaN, or infinite though measured: reported as diverged, never chosen; see
+    :func:`platform.config.run_schema.diverged`)."""
     ended = [r for r in grid if r.error is None and r.metrics and metric in r.metrics]
-    finite = [r for r in ended if math.isfinite(r.metrics[metric])]
+    settings = setting_metrics()
+    finite = [r for r in ended if not diverged(r.metrics, [metric], settings)]
     return finite, len(ended) - len(finite)
 
 
@@ -311,8 +313,8 @@ def _report(grid, space, tracker, parent_run_id, callback, answer, sweep_dir: st
     lead = lead_of(ranked, metric, mode)
     params = best.config.get("params", best.config)
     std = best.metrics.get(f"{metric}_std")
-    figure = f"{best.metrics[metric]:.4f}" + (f" ± {std:.4f} over {len(space.seeds)} seeds" if std is not None
-                                              else "")
+    shown = figure(best.metrics[metric]) + (f" ± {figure(std)} over {len(space.seeds)} seeds" if std is not None
+                                            else "")
     tracker.log_metrics(parent_run_id, {f"{METRIC_BEST}{metric}": best.metrics[metric],
                                         **{f"{METRIC_BEST_TRIAL}{k}": best.metrics[k] for k in ("test_accuracy", "test_loss")
                                            if k in best.metrics},
@@ -326,12 +328,12 @@ def _report(grid, space, tracker, parent_run_id, callback, answer, sweep_dir: st
                    **({"lead_text": lead.text(), **lead.as_dict()} if lead is not None else {})}
     if answer.best["run_id"]:
         log_best(tracker, parent_run_id, answer.best)
-    reported = "".join(f", {k} {best.metrics[k]:.4f}" for k in ("test_accuracy", "test_loss")
+    reported = "".join(f", {k} {figure(best.metrics[k])}" for k in ("test_accuracy", "test_loss")
                        if k != metric and k in best.metrics)  # selected on validation, reported on test
     retried = sum(1 for n in callback.retries.values() if n)
     print(f"\nbest of {len(finished)} trial(s) ({failed} failed{f', {diverged} diverged' if diverged else ''}"
           f"{f', {retried} run again after a failure' if retried else ''}): "
-          f"{metric} = {figure} at round "
+          f"{metric} = {shown} at round "
           f"{best.metrics.get('round')}{reported}")
     if lead is not None:
         print(f"  {lead.text()}")

@@ -14,14 +14,18 @@ import time
 
 import pytest
 
+from tests import cluster_recipe
 from tests.conftest import process_cmdlines
 
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 WORKER_RESOURCE = "fedsweep_e2e_worker"  # a custom resource only the worker node has: names its raylet
-# Each node's dashboard agent serves HTTP (the head's takes `ray job submit`'s jobs) on a port of its own: `ray start`
-# gives every node 52365, and an agent that finds it taken (the other node's agent, started first; another cluster on
-# this machine) stays up without HTTP, so the job server answers "No available agent to submit job" for good.
-AGENT_PORT = "--dashboard-agent-listen-port=0"
+# The cluster is clusters/local.md's recipe (its two `ray start` lines, read from the file: the tested recipe is the
+# documented one), with free ports for the documented ones and what only a test needs: a temp dir of its own, a
+# memory cap, no usage stats, and a resource that names the worker node. The recipe gives each node's dashboard agent
+# a port of its own (--dashboard-agent-listen-port=0): `ray start` gives every node 52365, and an agent that finds it
+# taken stays up without HTTP, so the job server answers "No available agent to submit job" for good.
+HEAD_ARGS, WORKER_ARGS = cluster_recipe.ray_starts()
+TEST_ONLY = ("--object-store-memory=300000000",)
 
 
 def free_port() -> int:
@@ -93,11 +97,11 @@ def two_node_cluster(s3_server):
     token = ray_cli("get-auth-token", "--generate", env=env)  # ray start needs a token; only ray.init() makes one
     assert token.returncode == 0, token.stdout + token.stderr
     temp_dir = tempfile.mkdtemp(prefix="fsr", dir="/tmp")  # short: Ray's socket paths live under it
-    gcs_port, dashboard_port = free_port(), free_port()
+    ports = {flag: free_port() for flag in cluster_recipe.PORT_FLAGS}
+    gcs_port, dashboard_port = ports["--port"], ports["--dashboard-port"]
     try:
-        head = ray_cli("start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
-                       "--dashboard-host=127.0.0.1", AGENT_PORT, "--num-cpus=1", "--object-store-memory=300000000",
-                       f"--temp-dir={temp_dir}", "--disable-usage-stats", env=env)
+        head = ray_cli("start", *cluster_recipe.replaced(HEAD_ARGS, ports), *TEST_ONLY, f"--temp-dir={temp_dir}",
+                       "--disable-usage-stats", env=env)
         assert head.returncode == 0, head.stdout + head.stderr
         cluster = {"env": env, "address": f"http://127.0.0.1:{dashboard_port}", "gcs_address": f"127.0.0.1:{gcs_port}",
                    "temp_dir": temp_dir}
@@ -123,8 +127,8 @@ def cluster(two_node_cluster):
 
 def _start_worker(cluster: dict) -> None:
     """A worker node (1 CPU, the custom resource that names its raylet) joins ``cluster``; waits until it is alive."""
-    worker = ray_cli("start", f"--address={cluster['gcs_address']}", AGENT_PORT, "--num-cpus=1",
-                     "--object-store-memory=300000000", f'--resources={{"{WORKER_RESOURCE}": 1}}', env=cluster["env"])
+    worker = ray_cli("start", *cluster_recipe.replaced(WORKER_ARGS, {"--address": cluster["gcs_address"]}), *TEST_ONLY,
+                     f'--resources={{"{WORKER_RESOURCE}": 1}}', env=cluster["env"])
     assert worker.returncode == 0, worker.stdout + worker.stderr
     _wait(lambda: _alive_nodes(cluster["address"], cluster["env"]) == 2, "the worker node did not join")
 

@@ -1,10 +1,11 @@
 """Multi-objective sweeps end to end: real Ray Tune, real Optuna (multi-objective study), a real MLflow store."""
 import json
 import math
+import warnings
 
 import yaml
 
-from tests.conftest import mlflow_runs, run_cli
+from tests.conftest import REPO_ROOT, mlflow_runs, run_cli
 
 BASE = {"rounds": 2, "clients": {"num_clients": 4, "clients_per_round": 4, "batch_size": 16}}
 OBJECTIVES = [("val_accuracy", "max"), ("train_loss", "min")]
@@ -104,3 +105,43 @@ def test_asha_with_two_metrics_is_refused(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: search.scheduler.kind:"), proc.stderr
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "tune").exists()  # nothing written
+
+
+def test_fedaux_dp_epsilon_infinity_is_the_non_private_end_not_a_divergence(ray_local, tracking_uri, tmp_path,
+                                                                           capsys):
+    """Issue 33: in a fedaux_dp sweep with ε ∈ {0.4, ∞} no trial is diverged; ε = ∞ is on the front as "∞" (± 0 over
+    its seeds, not "inf ± nan"), and MLflow holds it as a tag "∞", not the metric 1.797e308. Shrunk: one λ, one
+    round, no pre-training, 8 clients, 2 seeds."""
+    from platform.sweep.command import main
+
+    with open(f"{REPO_ROOT}/search_spaces/fedaux_dp.yaml") as fh:
+        space = yaml.safe_load(fh)
+    for key in ("presets", "scenarios"):
+        space.pop(key)
+    space["base"].pop("pretrain")
+    space["base"].update(rounds=1)
+    space["base"]["clients"].update(num_clients=8, clients_per_round=4)
+    space["parameters"] = {"algorithm.epsilon": {"grid": [0.4, math.inf]}}
+    space["search"].update(seeds=[0, 1])
+    path = tmp_path / "fedaux_dp_inf.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        rc = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune"),
+                   "--cache-dir", str(tmp_path / "cache")])
+    out, err = capsys.readouterr()
+    assert rc == 0, out + err
+    assert "diverged" not in out and "nan" not in out, out
+    assert "NaN or Inf" not in out + err, err  # Tune's TensorBoard logger on an infinite result
+    numpy = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert not [m for m in numpy if "overflow" in m or "invalid value" in m], numpy
+    assert "privacy_epsilon ∞ ± 0.0000" in out, out
+    lines = front_lines(out)
+    assert any("privacy_epsilon ∞" in line and "algorithm.epsilon=inf" in line for line in lines), lines
+
+    client, runs = mlflow_runs(tracking_uri, "fedaux_dp_inf")
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert sorted(r.data.tags["status"] for r in children) == ["completed", "completed"]
+    private = next(r for r in children if r.data.params["algorithm.epsilon"] == "inf")
+    assert private.data.tags["privacy_epsilon"] == "∞" and "privacy_epsilon" not in private.data.metrics
+    assert private.data.metrics["privacy_epsilon_std"] == 0.0

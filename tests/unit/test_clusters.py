@@ -489,3 +489,53 @@ def test_a_search_space_file_asks_for_a_fractional_gpu(tmp_path):
     path.write_text("resources: {cpu: 1, gpu: 0.25}\n")
     assert load_search_space(str(path)).trial_config({}).resources.gpu == 0.25
     assert load_search_space("smoke", {"resources.gpu": 0.25}).trial_config({}).resources.gpu == 0.25  # --set
+
+
+# ---- clusters/local.md: two nodes on one machine ----
+
+RAY_DEFAULT_PORTS = {"--port": "6379", "--dashboard-port": "8265", "--ray-client-server-port": "10001"}
+
+
+def test_the_one_machine_recipe_has_ports_of_its_own_and_an_agent_port_per_node():
+    """Issue 33: clusters/local.md works as written on a machine where another Ray may run: the head's ports are not
+    Ray's defaults, each node's dashboard agent gets a port of its own, the second node joins at the head's port and
+    `ray job submit` / `ray status` talk to the head's dashboard and GCS."""
+    from tests import cluster_recipe
+
+    head_args, worker_args = cluster_recipe.ray_starts()
+    head, worker = cluster_recipe.flags(head_args), cluster_recipe.flags(worker_args)
+    for flag, default in RAY_DEFAULT_PORTS.items():
+        assert head.get(flag) not in (None, default), (flag, head.get(flag))
+        assert not 10002 <= int(head[flag]) <= 19999, (flag, "in Ray's worker-port range: ray start refuses it")
+    assert head["--dashboard-agent-listen-port"] == worker["--dashboard-agent-listen-port"] == "0"
+    assert worker["--address"] == f"127.0.0.1:{head['--port']}"
+    assert head["--dashboard-host"] == "127.0.0.1" and "--head" in head
+    commands = cluster_recipe.commands()
+    submit = next(c for c in commands if c[:3] == ["ray", "job", "submit"])
+    assert submit[submit.index("--address") + 1] == f"http://127.0.0.1:{head['--dashboard-port']}"
+    status = next(c for c in commands if c[:2] == ["ray", "status"])
+    assert cluster_recipe.flags(status[2:])["--address"] == worker["--address"]
+    assert submit[-4:] == ["python", "-m", "platform.sweep", "smoke"]
+
+
+def test_the_e2e_cluster_runs_the_documented_recipe():
+    """tests/e2e/conftest.py starts its nodes with clusters/local.md's `ray start` arguments (only the documented
+    ports swapped for free ones), so the tested recipe is the documented one."""
+    from tests import cluster_recipe
+    from tests.e2e import conftest
+
+    assert (conftest.HEAD_ARGS, conftest.WORKER_ARGS) == cluster_recipe.ray_starts()
+    swapped = cluster_recipe.replaced(conftest.HEAD_ARGS, {flag: 1 for flag in cluster_recipe.PORT_FLAGS})
+    assert [a for a in swapped if a.partition("=")[0] not in cluster_recipe.PORT_FLAGS] == [
+        a for a in conftest.HEAD_ARGS if a.partition("=")[0] not in cluster_recipe.PORT_FLAGS]
+    assert {f"{flag}=1" for flag in cluster_recipe.PORT_FLAGS} <= set(swapped)
+
+
+def test_the_readme_shows_the_same_one_machine_recipe():
+    from tests import cluster_recipe
+
+    text = (REPO / "README.md").read_text()
+    head_args, worker_args = cluster_recipe.ray_starts()
+    assert shlex.join(["ray", "start", *head_args]) in text and shlex.join(["ray", "start", *worker_args]) in text
+    port = cluster_recipe.flags(head_args)["--dashboard-port"]
+    assert f"ray job submit --address http://127.0.0.1:{port} " in text

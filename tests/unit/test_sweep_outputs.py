@@ -34,6 +34,25 @@ def test_description_names_the_best_trial_with_a_link(smoke):
     assert "Best trial" not in description(smoke, "7", SweepAnswer())  # a sweep just started: the question only
 
 
+def test_description_and_best_params_give_4_significant_digits(smoke):
+    """Issue 33: 0.8333, not 0.8333333333333334, in the description and the parent's best.* values."""
+    from types import SimpleNamespace
+
+    from platform.sweep.outputs import log_best
+
+    best = {"run_id": "abc", "name": "fedprox", "val_accuracy": 5 / 6, "val_accuracy_std": 1 / 3, "round": 10,
+            "params": {"algorithm.name": "fedprox", "clients.lr": 0.18483120598659894, "algorithm.mu": 5 / 6}}
+    text = description(smoke, "7", SweepAnswer(status="completed", best=best))
+    assert "val_accuracy 0.8333 ± 0.3333" in text and "- `clients.lr` = 0.1848" in text
+    assert "- `algorithm.mu` = 0.8333" in text and "0.83333" not in text and "0.18483" not in text
+    logged = {}
+    tracker = SimpleNamespace(log_params=lambda run, params: logged.update(params),
+                              set_tag=lambda run, key, value: logged.update({key: value}))
+    log_best(tracker, "parent", best)
+    assert logged == {"best.algorithm.name": "fedprox", "best.clients.lr": "0.1848", "best.algorithm.mu": "0.8333",
+                      "best_trial_run_id": "abc"}
+
+
 def test_study_records_every_state_and_draws_its_plots(smoke, tmp_path):
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     recorder = StudyRecorder(url, "smoke-1", smoke.search.objectives, smoke.parameters)

@@ -56,7 +56,8 @@ def _log(client, run_id, metrics: dict, step: int = 0, params: dict | None = Non
 
 def build_sweep(uri: str, name: str = "toy", trials=TRIALS, seeds=(0, 1), scenarios: dict | None = None,
                 per_seed: bool = True, status: str = "completed", value_seed: int = 0,
-                search: dict | None = None, start_time: int | None = None) -> tuple[str, dict]:
+                search: dict | None = None, start_time: int | None = None, rounds: int = ROUNDS,
+                tags: dict | None = None) -> tuple[str, dict]:
     """A sweep's parent run and one child per trial (per cell with ``scenarios`` {key: [values]}), as the contract
     describes (the parent started at ``start_time`` ms, else now); returns (parent run id, {child run id: {metric:
     {seed: final value}}})."""
@@ -68,7 +69,8 @@ def build_sweep(uri: str, name: str = "toy", trials=TRIALS, seeds=(0, 1), scenar
         name, artifact_location=artifact_location(uri, name))
     parent = client.create_run(experiment_id, start_time=start_time, run_name=f"sweep-{value_seed}", tags={
         "fedsweep.search_space": name, "status": "running",
-        "fedsweep.description": "Does FedProx's proximal term help on skewed digits? Details follow here."})
+        "fedsweep.description": "Does FedProx's proximal term help on skewed digits? Details follow here.",
+        **(tags or {})})
     parent_id = parent.info.run_id
     params = {**SPACE_PARAMS, "search.metric": "val_accuracy", "search.mode": "max",
               "search.seeds": str(list(seeds)), "search.searcher": "tpe", "search.num_samples": str(len(trials)),
@@ -94,7 +96,7 @@ def build_sweep(uri: str, name: str = "toy", trials=TRIALS, seeds=(0, 1), scenar
                 trial_params["algorithm.mu"] = mu
             _log(client, run_id, {}, params=trial_params)
             values: dict = {}
-            for step in range(1, ROUNDS + 1):
+            for step in range(1, rounds + 1):
                 per = {m: {s: float(rng.uniform(0.3, 0.95)) for s in seeds}
                        for m in ("val_accuracy", "test_accuracy", "val_loss")}
                 metrics = {}
@@ -106,7 +108,7 @@ def build_sweep(uri: str, name: str = "toy", trials=TRIALS, seeds=(0, 1), scenar
                         metrics.update({f"{m}/seed_{s}": v for s, v in by_seed.items()})
                 _log(client, run_id, metrics, step)
                 values = per
-            _log(client, run_id, {"rounds_completed": ROUNDS}, ROUNDS)
+            _log(client, run_id, {"rounds_completed": rounds}, rounds)
             client.set_terminated(run_id, "FINISHED")
             finals[run_id] = values
     client.set_tag(parent_id, "status", status)
@@ -513,3 +515,50 @@ def test_shipped_references_match_their_spaces(name):
         for key, wanted in value.arm.items():
             assert any(same_value(wanted, candidate) for candidate in space.parameters[key].args)
         assert 0 < value.value < 1
+
+
+def test_report_header_shows_the_whole_question_the_preset_and_the_overrides(tracking_uri, tmp_path, capsys):
+    """Issue 33: the question is never cut inside "(Alg. 9)"; the preset and the command's --set overrides are listed
+    at the top; a one-round sweep gets no learning curves (a single dot)."""
+    question = ("One question: how sensitive is FedKP's one-round aggregate to s (spec §10.3), for plain FedKP (Alg. 9) "
+                "and for FedKP_cm (Alg. 10)?")
+    parent_id, _ = build_sweep(tracking_uri, rounds=1, tags={
+        "fedsweep.description": question + " Held at the thesis's values (Fig. 3). More follows.",
+        "fedsweep.preset": "paper",
+        "fedsweep.command": "python -m platform.sweep toy --preset paper --set rounds=1 --set 'clients.lr=0.1' "
+                            "--num-samples 4"})
+    markdown = _report(tracking_uri, tmp_path, parent_id)
+    assert f"**Question.** {question}\n" in markdown
+    setting = next(line for line in markdown.splitlines() if line.startswith("- **Setting:**"))
+    assert "preset `paper`" in setting
+    assert "overrides: `--set rounds=1`, `--set clients.lr=0.1`, `--num-samples 4`" in setting
+    assert "None: the trials ran one round." in markdown and not (tmp_path / "report" / "learning_curves.png").exists()
+
+
+def test_question_ends_at_the_first_sentence_outside_brackets_and_abbreviations():
+    from platform.results.report import _question
+
+    assert _question("Is A (Fig. 8, eq. 3.4) better than B? Then more.") == "Is A (Fig. 8, eq. 3.4) better than B?"
+    assert _question("See Alg. 2 for the method. Then more.") == "See Alg. 2 for the method."
+    assert _question("A question without an end\n\nSecond paragraph.") == "A question without an end"
+
+
+def test_html_tables_fit_1280_px(tmp_path):
+    """The report's widest table, a comparison of three sweeps on long metric names, fits a 1280 px window in
+    Chromium (headers wrap at "_" and "."); skipped without a browser."""
+    from tests.integration.test_smoke_sweep import start_chromium
+
+    from platform.results.report import TextTable, render_html
+
+    metrics = ["client_val_accuracy_p10", "test_accuracy"]
+    headers = ["`algorithm.name`"] + [f"{letter}: `{m}`" for letter in "ABC" for m in metrics] + [
+        f"{letter}: {what}" for letter in "ABC" for what in ("n", "trials")]
+    rows = [["fedprox"] + ["★ 0.9123 ± 0.0101"] * 6 + ["3"] * 6 for _ in range(3)]
+    (tmp_path / "page.html").write_text(render_html([TextTable(headers, rows)], "t", str(tmp_path)))
+    driver = start_chromium(1280, 900)
+    try:
+        driver.get(f"file://{tmp_path / 'page.html'}")
+        width = driver.execute_script("return document.querySelector('table').getBoundingClientRect().right")
+        assert width <= 1280, width
+    finally:
+        driver.quit()
