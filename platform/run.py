@@ -182,14 +182,14 @@ def main(argv=None) -> int:
     clock = StartupClock()
     args = build_parser().parse_args(argv)
     quiet_libraries()
-    if argv is None and not args.dry_run:  # this process is the command: a new local Ray starts while torch is
-        start_ray_early(args.address, args.ray_dashboard)  # imported and the config checked; a bad config still ends
-    overrides = args.overrides + (["stand_in=true"] if args.stand_in else [])  # it at once (exit 2)
+    overrides = args.overrides + (["stand_in=true"] if args.stand_in else [])
     if args.gpus is not None and args.gpus < 1:
         raise UserError(f"--gpus: must be >= 1, got {args.gpus}")
     if args.dry_run or args.estimate:
         return _plan(args, overrides)
     config, experiment = resolve_config(args.config, overrides, args.preset)
+    if argv is None:  # this process is the command, the config checked: a new local Ray starts in the background
+        start_ray_early(args.address, args.ray_dashboard)  # while the data load
     # Everything is imported before Ray connects (under ``ray job submit`` the working directory stops being
     # importable once the driver joins the cluster; see platform.sweep.command).
     import platform.stages.cache  # noqa: F401

@@ -194,9 +194,6 @@ def main(argv=None) -> int:
     read_search_space(args.name, args.preset)
     planning = args.dry_run or args.estimate
     storage = None if planning else _check_stores(args)
-    if argv is None and not args.dry_run:  # this process is the command (flags final): a new local Ray starts while
-        quiet_libraries()  # torch is imported and the configs checked; a refused one still ends it at once
-        start_ray_early(args.address, args.ray_dashboard)
     from platform.config.experiment import parse_overrides
     from platform.config.search_space import load_search_space
     from platform.preflight import check_experiment, check_settings
@@ -216,6 +213,9 @@ def main(argv=None) -> int:
         print(f"note: {note}", file=sys.stderr, flush=True)
     if planning:
         return _plan(args, space, base_config)
+    if argv is None:  # this process is the command, every input checked: a new local Ray starts in the background
+        quiet_libraries()  # while the parent run and the study are prepared
+        start_ray_early(args.address, args.ray_dashboard)
     space = _pin_public_image(space, base_config)
     if resume_dir:
         _check_resumable(resume_dir, space)

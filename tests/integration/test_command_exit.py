@@ -66,13 +66,12 @@ def test_a_run_leaves_its_local_ray_to_the_reaper_with_its_mlflow_run_closed(tmp
     assert [(r.info.status, r.data.tags.get("status")) for r in runs] == [("FINISHED", "completed")]
 
 
-def test_a_refused_config_ends_at_once_while_ray_starts_and_leaves_nothing(tmp_path):
+def test_a_refused_config_ends_before_ray_starts_and_leaves_nothing(tmp_path):
+    """Every load-time check runs before Ray starts (issue 33): a bad --set value starts no Ray process at all."""
     done, seen = _run_watched(["smoke", "--set", "clients.lr=-1", "--address", "local"], cwd=str(tmp_path),
                               env={"MLFLOW_TRACKING_URI": "", "FEDSWEEP_HOME": str(tmp_path / "home")})
     assert done.returncode == 2, done.stderr
     assert [ln for ln in done.stderr.splitlines() if ln.strip()] == ["error: clients.lr: must be > 0, got -1.0"]
     assert not done.stdout.strip()
     assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())  # nothing written (no results home either)
-    assert seen, "Ray was not starting in the background"
-    left = _all_gone(seen)
-    assert not left, process_cmdlines(left)
+    assert not seen, process_cmdlines(seen)  # no Ray process was started for a refused config
