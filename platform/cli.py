@@ -93,6 +93,26 @@ def leave_ray_job_working_dir(home: str) -> None:
         os.chdir(home)
 
 
+def add_plan_arguments(parser, what: str) -> None:
+    """``--preset``, ``--stand-in``, ``--dry-run``, ``--estimate`` and ``--gpus``, the same on ``platform.sweep`` and
+    ``platform.run``; ``what`` is what the command runs ("the sweep", "the run")."""
+    parser.add_argument("--preset", metavar="NAME",
+                        help="a search space's preset (its presets: block), e.g. paper: the document's own setting "
+                             "(docs/paper_settings.md); default: the space's embedded setting")
+    parser.add_argument("--stand-in", action="store_true",
+                        help="replace every dataset read from files with generated data of the real one's shapes, "
+                             "classes and sizes (to try, test or cost a setting whose files are absent)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="load and check the config (preset and --set applied), print it resolved (a sweep: with "
+                             "its cells, trials, seeds, rounds and resources per trial), and exit without starting Ray")
+    parser.add_argument("--estimate", action="store_true",
+                        help=f"run the first rounds of one trial here (stand-in data where the files are absent), "
+                             f"print seconds per round and peak memory, and predict {what}'s wall time and GPU-hours "
+                             f"on --gpus GPUs (with a search space: its whole sweep); then exit")
+    parser.add_argument("--gpus", type=int, metavar="N",
+                        help="--estimate: the GPUs to predict for (default: this machine's, at least 1)")
+
+
 def add_ray_arguments(parser) -> None:
     """``--address`` and ``--ray-dashboard``, the same on every command that runs on Ray."""
     parser.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else the cluster a `ray start` "

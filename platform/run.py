@@ -12,8 +12,8 @@ import time
 from typing import Optional
 
 # Light imports only (no torch): a command starts Ray before it imports the rest (platform.cli.start_ray_early).
-from platform.cli import (add_ray_arguments, connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries,
-                          run_command, start_ray_early)
+from platform.cli import (add_plan_arguments, add_ray_arguments, connect_ray, leave_ray_job_working_dir,
+                          main_wrapper, quiet_libraries, run_command, start_ray_early)
 from platform.errors import UserError
 from platform.config.run_schema import (METRIC_FINAL, RESULT_ARRAYS, RESULT_CLIENT_PATHS, STATUS_COMPLETED, STATUS_FAILED,
                                  STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND, TAG_GIT_COMMIT, TAG_STATUS)
@@ -31,21 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("config", help="experiment YAML file, or a search-space name whose base config to run")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set clients.lr=0.1 (repeatable)")
-    parser.add_argument("--preset", metavar="NAME",
-                        help="with a search space: run its preset NAME's base config (e.g. paper: the document's own "
-                             "setting, docs/paper_settings.md)")
-    parser.add_argument("--stand-in", action="store_true",
-                        help="replace every dataset read from files with generated data of the real one's shapes, "
-                             "classes and sizes")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="check the config (preset and --set applied), print it resolved, and exit without "
-                             "starting Ray")
-    parser.add_argument("--estimate", action="store_true",
-                        help="run the first rounds here (stand-in data where the files are absent), print seconds per "
-                             "round and peak memory, and predict the whole run (with a search space: its whole "
-                             "sweep) in wall time and GPU-hours on --gpus GPUs; then exit")
-    parser.add_argument("--gpus", type=int, metavar="N",
-                        help="--estimate: the GPUs to predict for (default: this machine's, at least 1)")
+    add_plan_arguments(parser, "the run")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
                                                "sqlite:///<results home>/mlflow.db)")
     parser.add_argument("--experiment", help="MLflow experiment name (default: the config's file name)")

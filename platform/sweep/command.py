@@ -23,8 +23,8 @@ import time
 from typing import Optional
 
 from platform.sweep import _tune_fixes
-from platform.cli import (add_ray_arguments, connect_ray, leave_ray_job_working_dir, main_wrapper, quiet_libraries,
-                          results_home, start_ray_early)
+from platform.cli import (add_plan_arguments, add_ray_arguments, connect_ray, leave_ray_job_working_dir,
+                          main_wrapper, quiet_libraries, results_home, start_ray_early)
 from platform.errors import UserError
 from platform.config.run_schema import (PARAM_BASE, PARAM_SCENARIO, PARAM_SEARCH, PARAM_SPACE, STATUS_COMPLETED,
                                         STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND,
@@ -55,21 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a base-config value, e.g. --set rounds=3 (repeatable); on a swept parameter or a "
                              "scenario key it pins that value (the key leaves the sampler / grid)")
-    parser.add_argument("--preset", metavar="NAME",
-                        help="run one of the space's presets (its presets: block), e.g. paper: the document's own "
-                             "setting (docs/paper_settings.md); default: the space's embedded setting")
-    parser.add_argument("--stand-in", action="store_true",
-                        help="replace every dataset read from files with generated data of the real one's shapes, "
-                             "classes and sizes (to try, test or cost a setting whose files are absent)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="load and check the space (preset and --set applied), print the resolved base config, "
-                             "cells, trials, seeds, rounds and resources per trial, and exit without starting Ray")
-    parser.add_argument("--estimate", action="store_true",
-                        help="run the first rounds of one trial here (stand-in data where the files are absent), "
-                             "print seconds per round and peak memory, and predict the sweep's wall time and "
-                             "GPU-hours on --gpus GPUs; then exit")
-    parser.add_argument("--gpus", type=int, metavar="N", help="--estimate: the GPUs to predict for (default: this "
-                                                              "machine's, at least 1)")
+    add_plan_arguments(parser, "the sweep")
     parser.add_argument("--num-samples", type=int, metavar="N",
                         help="at most N trials per scenario cell, whatever the searcher (a quick look): TPE and random "
                              "draw N; the grid runs N of its points, spread evenly over it (named in the plan and at "
