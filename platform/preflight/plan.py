@@ -24,19 +24,26 @@ from platform.config.schema import to_dict
 from platform.errors import ConfigError
 
 
-def data_status(config) -> str:
-    """One line: where the trial's data come from, and whether its files are there."""
+def missing_data(config) -> Optional[str]:
+    """Why the config's data files (private and public) are not where it says, in a few words; None when they are."""
     from platform.data.datasets import check_dataset_available
     from platform.data.public import check_public_available
 
-    name = config.dataset.name
-    if getattr(config, "stand_in", False):
-        return f"data: stand-in for {name} (generated, the real one's shapes, classes and sizes)"
     try:
         check_dataset_available(config.dataset)
         check_public_available(config.public, config.dataset)
     except ConfigError as err:
-        reason = str(err).split("; ")[0]
+        return str(err).split("; ")[0]
+    return None
+
+
+def data_status(config) -> str:
+    """One line: where the trial's data come from, and whether its files are there."""
+    name = config.dataset.name
+    if getattr(config, "stand_in", False):
+        return f"data: stand-in for {name} (generated, the real one's shapes, classes and sizes)"
+    reason = missing_data(config)
+    if reason is not None:
         return f"data: {name}: NOT FOUND ({reason}); add --stand-in to run on generated data of its shapes"
     where = f" under {config.dataset.root}" if config.dataset.root else " (embedded)"
     return f"data: {name}{where}: found"
@@ -169,7 +176,7 @@ def measurement_config(config, log=print):
     import dataclasses
 
     changes: dict = {}
-    if not getattr(config, "stand_in", False) and "NOT FOUND" in data_status(config):
+    if not getattr(config, "stand_in", False) and missing_data(config) is not None:
         changes["stand_in"] = True
         log(f"estimate: {config.dataset.name} files not found here: measuring on stand-in data of the same shapes")
     if config.resources.gpu > 0 and _cuda_devices() == 0:
