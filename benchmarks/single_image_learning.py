@@ -1,34 +1,49 @@
-"""Does distillation from one image's crops improve the global model over FedAvg-only rounds? (spec/single_image.md)
+"""Does one image's crops, with selection, distil as well as real public images? (spec/single_image.md, Tables 1, 2)
 
-    python -m benchmarks.single_image_learning [--seeds 0,1,2] [--rounds 20] [--alpha 1.0] [--json]
+    python -m benchmarks.single_image_learning [--seeds 0,1,2,3,4] [--rounds 20] [--alpha 1.0] [--json]
+
+The paper's claim is about limited communication: at the same FedAvg-init rate (ρ = 20 %, a FedAvg warm start
+every fifth round; the other rounds distil on from the last distilled model), distilling on one image's crops with
+patch selection matches real public images of the same pixel budget (Table 1: 68.6 against 66.5 for 500 CIFAR-100
+images and 68.9 for 5,000, at 20 %), and beats the same crops without selection (Table 2, FedDF on 5,000 unselected
+crops: 71.1 against 73.7 at α = 1, E = 20). It never compares against FedAvg alone.
 
 Arms, all on the ``single_image_pruning`` base config (digits32, Dirichlet α with equal sizes, 20 clients, 8 per
-round, the small ``cnn``, a 5000-crop pool of scikit-learn's china photo, K-means + entropy selection of 500 crops,
-the same LN_c-clipped local training) and the same seeds:
+round, the small ``cnn``, a 5000-crop pool, 500 crops a round, the same LN_c-clipped local training, ρ = 20 %) and
+the same seeds:
 
-- ``FedAvg only``: ``distill_steps: 0`` and a FedAvg warm start every round, i.e. plain FedAvg of the same clients;
-- ``FedAvg + distillation (ρ = 100 %)``: the warm start every round, then distillation on the selected crops;
-- ``distillation, ρ = 20 %``: the paper's main schedule, a FedAvg warm start only in rounds 1, 5, 10, …; the other
-  rounds distil on from the last distilled model.
+- ``strokes + selection``: the base, the generated ``strokes`` image (pen strokes, which suit handwriting) with
+  K-means + entropy selection;
+- ``strokes, no selection``: the same crops, the first 500 of the pool, no selection (Table 2's FedDF row);
+- ``real images (500)``: 500 real digits from a public split of the training set, no selection (Table 1's
+  "500 CIFAR-100 samples" row at the same pixel budget: 500 images of 32×32 = 0.5 M pixels; the strokes image
+  has 0.79 M). Deviation: the paper's real images come from another dataset (CIFAR-100 for CIFAR-10); the embedded
+  data has no second image dataset, so these are held-out digits of the same domain (35 % of the training set,
+  which the clients of this arm do not hold), which favours this arm in kind and handicaps its clients in size;
+- ``china + selection``: the mismatched photo (a temple) with the same selection, the paper's Table 7 question.
 
 Reported: the mean over seeds of the final and the best-over-rounds *validation* accuracy, the test accuracy at
-the final round and at the best-validation round (selection is never on test), with the per-seed figures, and
-whether ``ρ = 100 %`` beats ``FedAvg only`` on the mean final validation accuracy.
+the final round and at the best-validation round (selection is never on test), with the per-seed figures, and the
+claims' verdicts with their lead ± standard error over seeds and Welch p (within noise is said so).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-import numpy as np
-
 from benchmarks._common import print_learning, run_arms
 
+OURS = "strokes + selection"
 ARMS = {
-    "FedAvg only": {"distill_steps": 0, "fedavg_init_every": 1},
-    "FedAvg + distillation (rho 100%)": {"fedavg_init_every": 1},
-    "distillation, rho 20%": {"fedavg_init_every": 5},
+    OURS: {},
+    "strokes, no selection": {"algorithm.kmeans": False, "algorithm.entropy": False},
+    "real images (500)": {"public.source": "train_split", "public.fraction": 0.35,
+                          "algorithm.kmeans": False, "algorithm.entropy": False},
+    "china + selection": {"public.image": "china"},
 }
+CLAIMS = (("strokes, no selection", "Table 2: selection beats unselected crops"),
+          ("real images (500)", "Table 1: one image with selection matches 500 real images"),
+          ("china + selection", "Table 7: an image that suits the data beats a mismatched one"))
 
 
 def configs(rounds: int, alpha: float, extra: dict | None = None) -> dict:
@@ -38,14 +53,29 @@ def configs(rounds: int, alpha: float, extra: dict | None = None) -> dict:
 
     base = apply_overrides(load_search_space("single_image_pruning").base,
                            {"rounds": rounds, "partition.alpha": alpha, **(extra or {})})
-    return {label: build_experiment(apply_overrides(base, {f"algorithm.{k}": v for k, v in arm.items()}))
-            for label, arm in ARMS.items()}
+    return {label: build_experiment(apply_overrides(base, arm)) for label, arm in ARMS.items()}
+
+
+def verdict(results: dict, other: str, claim: str) -> str:
+    """One claim's line: ours against ``other`` on the final validation accuracy, with the lead's SE and Welch p."""
+    from platform.results.noise import lead_over
+
+    ours, theirs = results[OURS]["final_val"], results[other]["final_val"]
+    lead = lead_over(ours, theirs, "max")
+    sign = lead.lead
+    if lead.within_noise:
+        word = "within noise (cannot be told apart at these seeds)"
+    else:
+        word = "holds" if sign > 0 else "does NOT hold"
+    se = f" ± {lead.se:.4f} SE" if lead.se is not None else ""
+    p = f", Welch p = {lead.p:.2g}" if lead.p is not None else ""
+    return f"{claim}: {OURS} − {other} = {sign:+.4f}{se}{p} -> {word}"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.single_image_learning",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated replicate seeds")
+    parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated replicate seeds")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--alpha", type=float, default=1.0, help="Dirichlet concentration (the scenario)")
     parser.add_argument("--cache-dir", default=None, help="stage cache (default: the platform's)")
@@ -56,10 +86,8 @@ def main(argv=None) -> int:
     from platform.stages.cache import open_cache
 
     results = run_arms(configs(args.rounds, args.alpha), seeds, args.rounds, cache=open_cache(args.cache_dir))
-    gain = np.mean(results["FedAvg + distillation (rho 100%)"]["final_val"]) - np.mean(results["FedAvg only"]["final_val"])
-    print_learning(results, args.json, f"digits32, alpha {args.alpha:g}, {args.rounds} rounds, seeds {args.seeds}",
-                   [f"distillation over FedAvg-only rounds (rho 100%, mean final val): {gain:+.4f} -> "
-                    f"{'holds' if gain > 0 else 'does NOT hold'}"])
+    print_learning(results, args.json, f"digits32, alpha {args.alpha:g}, {args.rounds} rounds, rho 20 %, seeds "
+                                       f"{args.seeds}", [verdict(results, other, claim) for other, claim in CLAIMS])
     return 0
 
 

@@ -20,6 +20,7 @@ SOURCE_IMAGES: dict[str, str] = {
     "china": "scikit-learn's china.jpg (427×640 photo of a temple)",
     "flower": "scikit-learn's flower.jpg (427×640 photo of a flower)",
     "noise": "i.i.d. uniform RGB noise, 1920×2560, fixed seed (spec/single_image.md §2.3 [R])",
+    "strokes": "generated grey pen strokes on black, 768×1024, fixed seed (an image that suits handwriting)",
 }
 DEFAULT_POOL_SIZE = 50_000  # N_pool of the paper's main runs (spec/single_image.md §2.4)
 PUBLIC_SOURCES = ("none", "train_split", "dataset", "image")

@@ -33,6 +33,7 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 
 from platform.config.public_data import SOURCE_IMAGES
+from platform.data.source_images import NOISE_IMAGE_SHAPE, load_source_image  # noqa: F401 - re-exported
 from platform.data.stand_in import generate_split
 from platform.errors import ConfigError
 
@@ -324,31 +325,7 @@ def _load_synthetic(cfg) -> tuple[ArrayDataset, ArrayDataset]:
     return parts[0], parts[1]
 
 
-# --- source images (single-image method) ------------------------------------------------------------------
-
-NOISE_IMAGE_SEED = 20_240_612
-NOISE_IMAGE_SHAPE = (1920, 2560)  # H×W of the paper's street image (spec/single_image.md §2.3)
-
-
-def load_source_image(name: str, field: str = "public.image") -> np.ndarray:
-    """A single source image as float32 3×H×W in [0, 1] (spec/single_image.md §2.3).
-
-    The paper's street and pathology photos are not available offline (not bundled, no download), so
-    scikit-learn's bundled photos stand in (deviation: different content, 427×640 ≈ 0.27 M pixels instead
-    of the paper's 0.5 M or 4.9 M pixel budgets). ``noise`` is the spec's recommended replacement for the
-    authors' empty noise file.
-    """
-    key = name[:-4] if name.endswith(".jpg") else name
-    if key not in SOURCE_IMAGES:
-        raise ConfigError(field, f"unknown source image {name!r}; allowed: {', '.join(SOURCE_IMAGES)}")
-    if key == "noise":
-        rng = np.random.default_rng(NOISE_IMAGE_SEED)
-        return rng.random((3, *NOISE_IMAGE_SHAPE), dtype=np.float32)
-    from sklearn.datasets import load_sample_image
-
-    image = load_sample_image(f"{key}.jpg")  # H×W×3 uint8
-    return np.ascontiguousarray(image.transpose(2, 0, 1).astype(np.float32) / np.float32(255.0))
-
+# --- source images (single-image method): platform.data.source_images ----------------------------------
 
 def _load_sample_image(cfg):
     raise ConfigError("dataset.name", _SOURCE_IMAGE_MESSAGE)

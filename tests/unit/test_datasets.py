@@ -409,8 +409,23 @@ def test_sample_image_is_three_channel_unit_range(name):
 def test_noise_source_image_is_seeded_and_unknown_names_listed():
     a, b = load_source_image("noise"), load_source_image("noise")
     assert a.shape == (3, 1920, 2560) and np.array_equal(a, b)
-    with pytest.raises(ConfigError, match="allowed: china, flower, noise"):
+    with pytest.raises(ConfigError, match="allowed: china, flower, noise, strokes"):
         load_source_image("ameyoko.jpg")
+
+
+def test_strokes_source_image_is_seeded_sparse_ink_on_black():
+    """The generated image for handwriting: the same pixels every call, grey (three equal channels), mostly blank
+    background with bright strokes, as the digits are, unlike a photo."""
+    a, b = load_source_image("strokes"), load_source_image("strokes")
+    assert a.shape == (3, 768, 1024) and a.dtype == np.float32 and np.array_equal(a, b)
+    assert np.array_equal(a[0], a[1]) and np.array_equal(a[0], a[2])
+    assert 0.0 <= a.min() and a.max() <= 1.0
+    ink = a[0] > 0.5
+    assert 0.05 < ink.mean() < 0.3  # strokes cover a minority of the image
+    assert (a[0] < 0.05).mean() > 0.6  # most of it is blank, as the digits' background
+    # a photo is neither: china's pixels are mostly mid-grey
+    photo = load_source_image("china")
+    assert (photo.mean(axis=0) < 0.05).mean() < 0.2
 
 
 def test_normalize_uses_the_private_datasets_statistics():

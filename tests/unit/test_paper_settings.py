@@ -27,6 +27,9 @@ SECONDARY_DATASETS = {("fedpa_shrinkage_burnin", "paper_emnist62"): "emnist",
                       ("fedpa_shrinkage_burnin", "paper_cifar100"): "cifar100",
                       ("feded_beta", "paper_cifar10"): "cifar10", ("mnfl_rho", "paper_cifar10"): "cifar10"}
 
+#: Presets that vary the embedded default instead of giving a paper's setting (a named arm: digits, CPU).
+EMBEDDED_VARIANTS = {("single_image_pruning", "mismatched_photo")}
+
 #: Config fields other branches add (issue 31's brief): a preset may set them before they are merged here.
 PENDING_FIELDS = {"clients.augment", "clients.augment_padding", "clients.precision", "stand_in"}
 
@@ -56,6 +59,10 @@ def test_every_preset_loads_fully_validated(name, preset):
         pytest.skip(f"sets {', '.join(sorted(pending))}, which another branch adds to the config")
     space = load_search_space(name, preset=preset, check=check_settings)
     assert space.preset_name == preset
+    if (name, preset) in EMBEDDED_VARIANTS:
+        assert space.trial_config({}).dataset.name in ("digits", "digits32")
+        assert space.trial_config({}).resources.gpu == 0
+        return
     assert space.search.max_concurrent_trials is None  # Tune fits as many trials as the cluster holds
     assert space.trial_config({}).resources.gpu > 0  # every paper preset asks for a GPU
 
