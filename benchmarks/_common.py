@@ -305,6 +305,22 @@ def print_learning(results: dict, as_json: bool, setting: str, verdicts: Sequenc
         print(line)
 
 
+def claim_verdict(results: dict, ours: str, other: str, claim: str, key: str = "final_val") -> str:
+    """One claim's line: ``ours`` against ``other`` on the per-seed ``key`` (default: final validation accuracy),
+    their difference ± its standard error over seeds and the Welch p (platform.results.noise), and the verdict:
+    holds, does NOT hold, or within noise (the difference is not larger than its standard error)."""
+    from platform.results.noise import lead_over
+
+    lead = lead_over(results[ours][key], results[other][key], "max")
+    if lead.within_noise:
+        word = "within noise (the seeds cannot tell them apart)"
+    else:
+        word = "holds" if lead.lead > 0 else "does NOT hold"
+    se = f" ± {lead.se:.4f} SE" if lead.se is not None else ""
+    p = f", Welch p = {lead.p:.2g}" if lead.p is not None else ""
+    return f"{claim}: {ours} − {other} = {lead.lead:+.4f}{se}{p} ({key}) -> {word}"
+
+
 def order_holds(results: dict, labels: Sequence[str]) -> str:
     """'A >= B >= C on mean final validation accuracy: holds' (or 'does NOT hold') for the arms ``labels``."""
     import numpy as np

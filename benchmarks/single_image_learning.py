@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchmarks._common import print_learning, run_arms
+from benchmarks._common import claim_verdict, print_learning, run_arms
 
 OURS = "strokes + selection"
 ARMS = {
@@ -56,22 +56,6 @@ def configs(rounds: int, alpha: float, extra: dict | None = None) -> dict:
     return {label: build_experiment(apply_overrides(base, arm)) for label, arm in ARMS.items()}
 
 
-def verdict(results: dict, other: str, claim: str) -> str:
-    """One claim's line: ours against ``other`` on the final validation accuracy, with the lead's SE and Welch p."""
-    from platform.results.noise import lead_over
-
-    ours, theirs = results[OURS]["final_val"], results[other]["final_val"]
-    lead = lead_over(ours, theirs, "max")
-    sign = lead.lead
-    if lead.within_noise:
-        word = "within noise (cannot be told apart at these seeds)"
-    else:
-        word = "holds" if sign > 0 else "does NOT hold"
-    se = f" ± {lead.se:.4f} SE" if lead.se is not None else ""
-    p = f", Welch p = {lead.p:.2g}" if lead.p is not None else ""
-    return f"{claim}: {OURS} − {other} = {sign:+.4f}{se}{p} -> {word}"
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.single_image_learning",
                                      description=__doc__.split("\n")[0])
@@ -87,7 +71,8 @@ def main(argv=None) -> int:
 
     results = run_arms(configs(args.rounds, args.alpha), seeds, args.rounds, cache=open_cache(args.cache_dir))
     print_learning(results, args.json, f"digits32, alpha {args.alpha:g}, {args.rounds} rounds, rho 20 %, seeds "
-                                       f"{args.seeds}", [verdict(results, other, claim) for other, claim in CLAIMS])
+                                       f"{args.seeds}", [claim_verdict(results, OURS, other, claim)
+                                                                    for other, claim in CLAIMS])
     return 0
 
 
