@@ -108,8 +108,10 @@ def test_mnfl_rho_sweeps_rho_alone():
     assert config.algorithm.name == "mnfl"  # the baselines are benchmarks/mnfl_learning.py's question
     assert (hp.rho, hp.lam, hp.coefficient_lr, hp.distill_passes, hp.temperature) == (0.3, 1.0, 0.01, 1, 1.0)
     assert (config.clients.local_epochs, config.clients.batch_size, config.clients.lr) == (20, 128, 0.01)
-    assert config.clients.clients_per_round == config.clients.num_clients == 20
-    assert "benchmarks.mnfl_learning" in space.description
+    assert config.clients.clients_per_round == config.clients.num_clients == 12  # blocks of 3 of 4 architectures
+    assert (config.partition.kind, config.partition.alpha, config.partition.min_per_class) == ("unequal_classes", 0.5, 5)
+    assert config.partition.val_fraction == 0.2  # about 13 images a client, 150 in all (issue 32)
+    assert "benchmarks.mnfl_learning" in space.description and "cannot be seen at this scale" in space.description
 
 
 def test_fedaux_dp_sweeps_epsilon_per_lambda():
@@ -124,7 +126,10 @@ def test_fedaux_dp_sweeps_epsilon_per_lambda():
         cell = space.cell_space(index)
         assert [p["algorithm.epsilon"] for p in grid_points(cell)] == [0.01, 0.04, 0.1, 0.4, math.inf]
         hp = cell.trial_config({"algorithm.epsilon": 0.04}).algorithm.params
-        assert (hp.lam, hp.epsilon, hp.delta, hp.distill_lr) == (lam, 0.04, 1e-5, 1e-3)
+        assert (hp.lam, hp.epsilon, hp.delta, hp.distill_lr, hp.distill_epochs) == (lam, 0.04, 1e-5, 1e-3, 10)
+    config = space.trial_config({"algorithm.epsilon": math.inf})
+    # off chance (issue 32): alpha 0.16 (Table III's grid), the paper's steps per round, Fig. 8's 10 rounds
+    assert (config.partition.alpha, config.clients.local_epochs, config.rounds) == (0.16, 20, 10)
 
 
 def test_single_image_arms_are_cells_with_their_own_knobs():
