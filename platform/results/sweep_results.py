@@ -15,7 +15,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from platform.cli import sqlite_path
 from platform.errors import UserError
@@ -90,11 +90,9 @@ class SweptParameter:
 
 @dataclass(frozen=True)
 class Objective:
+    """What a best is chosen on; choose it with :func:`platform.results.report_ranking.best_row` (the one order)."""
     metric: str
     mode: str  # max | min
-
-    def best(self, values: Iterable[float]) -> float:
-        return (max if self.mode == "max" else min)(values)
 
 
 @dataclass(frozen=True)
