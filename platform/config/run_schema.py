@@ -17,6 +17,8 @@ TAG_DESCRIPTION = "fedsweep.description"
 TAG_PRESET = "fedsweep.preset"  # on a sweep's parent run: the preset it ran (--preset); absent: the default
 TAG_COMMAND = "fedsweep.command"  # the command line as the user would retype it
 TAG_TRIAL_ID = "fedsweep.trial_id"
+TAG_TRIAL_NUMBER = "fedsweep.trial_number"  # "1", "2", ...: the trial's order of start in its study (cell), the
+#                                             last tie-break of platform.results.noise.rank_key
 TAG_SAMPLED = "fedsweep.sampled"  # "key=value, ..." of a trial's sampled parameters
 TAG_GIT_COMMIT = "mlflow.source.git.commit"
 TAG_PARENT_RUN = "mlflow.parentRunId"
@@ -55,6 +57,8 @@ METRIC_FINAL = "final_"  # a run's last reported value of each metric
 METRIC_BEST = "best_"  # the best value of the selection metric
 METRIC_BEST_TRIAL = "best_trial_"  # on a sweep's parent run: the best trial's test figures (selected on validation)
 METRIC_ROUNDS_COMPLETED = "rounds_completed"
+METRIC_RANK = "rank"  # on a trial's run once its study ended: 1 = its best (platform.results.noise.rank); the
+#                       MLflow view sorts by it, so it lists the trials in the console's and the report's order
 PER_SEED_SEPARATOR = "/seed_"  # a trial's headline metrics per seed: test_accuracy/seed_3 (3 is the seed's value)
 
 

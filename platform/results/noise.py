@@ -92,11 +92,16 @@ def _variance(values: Sequence[float]) -> float:
     return sum((v - mean) ** 2 for v in values) / (len(values) - 1)
 
 
-def range_in_stds(values: Sequence[float], stds: Sequence[float]) -> Optional[float]:
-    """How far the metric moves over a swept parameter, in units of the seeds' typical std (the root mean square of
-    the trials' stds); None where the seeds give no spread."""
+def typical_std(stds: Sequence[Optional[float]]) -> Optional[float]:
+    """The seeds' typical std over trials: the root mean square of the trials' finite stds; None without one."""
     finite = [s for s in stds if s is not None and math.isfinite(s)]
-    if not values or not finite:
+    return math.sqrt(sum(s * s for s in finite) / len(finite)) if finite else None
+
+
+def range_in_stds(values: Sequence[float], stds: Sequence[float]) -> Optional[float]:
+    """How far the metric moves over a swept parameter, in units of the seeds' typical std (:func:`typical_std`);
+    None where the seeds give no spread."""
+    typical = typical_std(stds)
+    if not values or not typical:
         return None
-    typical = math.sqrt(sum(s * s for s in finite) / len(finite))
-    return (max(values) - min(values)) / typical if typical > 0 else None
+    return (max(values) - min(values)) / typical

@@ -3,11 +3,13 @@ run under ``report/`` (the command is :mod:`platform.report`).
 
 The report holds: the question and the sweep's settings; the ablation table (per arm, i.e. per value of each
 categorical swept parameter and per scenario cell, the arm's best trial on the selection metric with that metric and
-test_accuracy as mean ± population std over seeds); the learning curves of the best and the worst trial; one
-sensitivity plot per swept parameter; the paper's values beside ours where the search space has a ``reference:``
-block; and, with ``--compare``, the arms several sweeps share side by side. It reads the store only, so it works on a
-sweep still running (each trial's latest values). Every figure comes from
-:func:`platform.results.sweep_artifacts.trials_table`.
+test_accuracy as mean ± population std over seeds); the best trial per study (scenario cell), ranked as the console
+ranks them, with its lead over the runner-up and whether that is within noise, and one sentence per swept parameter
+on how far it moves the metric in units of the seeds' std (:mod:`platform.results.report_ranking`); the learning
+curves of the best and the worst trial; one sensitivity plot per swept parameter; the paper's values beside ours
+where the search space has a ``reference:`` block; and, with ``--compare``, the arms several sweeps share side by
+side. It reads the store only, so it works on a sweep still running (each trial's latest values). Every figure comes
+from :func:`platform.results.sweep_artifacts.trials_table`.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from typing import Any, Optional, Sequence, Union
 from platform.cli import results_home
 from platform.config.run_schema import is_number
 from platform.errors import UserError
+from platform.results.report_ranking import (best_row, ranked_rows, spread_sentences, trial_name, winner_sentence,
+                                             winners)
 from platform.results.sweep_artifacts import (TEST_METRIC, learning_curves_png, sensitivity_plots, table_metrics,
                                               trial_frame, trials_table, warn, write_table_files)
 from platform.results.sweep_results import (Objective, SweepResults, SweptParameter, mlflow_client, same_value,
@@ -104,7 +108,8 @@ def _text(value: Any) -> str:
 
 def arms(results: SweepResults, frame, objective: Objective) -> list[Arm]:
     """The sweep's arms in cell order, then in each categorical parameter's value order; each with its best trial on
-    ``objective`` among the trials that did not fail (running ones compete with their latest values)."""
+    ``objective`` (:func:`platform.results.report_ranking.best_row`: the console's order; running trials compete
+    with their latest values)."""
     columns = arm_columns(results)
     cells = list(dict.fromkeys(frame["cell"].tolist())) if "cell" in columns else []
 
@@ -124,22 +129,14 @@ def arms(results: SweepResults, frame, objective: Objective) -> list[Arm]:
         groups.setdefault(key, []).append(row)
     out = []
     for key in sorted(groups, key=order):
-        rows = groups[key]
-        candidates = [r for r in rows if r["status"] != "failed" and _number(r.get(f"{objective.metric}_mean"))]
-        best = None
-        if candidates:
-            value = objective.best(r[f"{objective.metric}_mean"] for r in candidates)
-            best = next(r for r in candidates if r[f"{objective.metric}_mean"] == value)
-        out.append(Arm(key, len(rows), best))
+        out.append(Arm(key, len(groups[key]), best_row(groups[key], objective)))
     return out
 
 
 def best_arm_index(arm_list: Sequence[Arm], objective: Objective) -> Optional[int]:
-    scored = [(i, a.best[f"{objective.metric}_mean"]) for i, a in enumerate(arm_list) if a.best]
-    if not scored:
-        return None
-    value = objective.best(v for _, v in scored)
-    return next(i for i, v in scored if v == value)
+    """The arm whose best trial ranks first (:func:`platform.results.report_ranking.best_row`); None without one."""
+    top = best_row([a.best for a in arm_list if a.best], objective)
+    return None if top is None else next(i for i, a in enumerate(arm_list) if a.best is top)
 
 
 def _number(value: Any) -> bool:
@@ -370,7 +367,7 @@ def ablation_blocks(results: SweepResults, frame, objective: Objective) -> list[
     rows = []
     for i, arm in enumerate(arm_list):
         best = arm.best
-        name = INACTIVE if best is None else f"{best['run_name']} (`{best['run_id'][:8]}`)"
+        name = INACTIVE if best is None else trial_name(best)
         row = [text for _, text in arm.key] + [("★ " if i == best_index else "") + name]
         row += ([_swept_values(results, best) if best else INACTIVE] if numeric else [])
         row += [mean_std(best, m) for m in metrics] + [_seeds_n(best), str(arm.trials)]
@@ -385,13 +382,31 @@ def ablation_blocks(results: SweepResults, frame, objective: Objective) -> list[
     return blocks + [Paragraph(note), TextTable(headers, rows, {best_index} if best_index is not None else set())]
 
 
-def best_and_worst(results: SweepResults, frame, objective: Objective) -> list[tuple[str, Any]]:
-    """[("best", trial), ("worst", trial)] on ``objective`` among the trials that did not fail (one entry when only one
-    trial reported)."""
-    rows = [r for r in frame.to_dict("records") if r["status"] != "failed" and _number(r.get(f"{objective.metric}_mean"))]
-    if not rows:
+def winner_blocks(results: SweepResults, frame, objective: Objective) -> list[Block]:
+    """Each study's best trial (per scenario cell) as the console names it, its lead over the runner-up and whether
+    the seeds can tell them apart; then one sentence per swept parameter: the metric's range over it in units of the
+    seeds' std."""
+    found = winners(results, frame, objective)
+    if not found:
         return []
-    ranked = sorted(rows, key=lambda r: r[f"{objective.metric}_mean"], reverse=objective.mode == "max")
+    sentences = [winner_sentence(w, objective) for w in found]
+    blocks: list[Block] = [
+        Heading("The best per scenario cell, and the noise" if results.scenarios else "The best, and the noise"),
+        Paragraph(f"Ranked as the sweep's console ranks them: `{objective.metric}`'s mean over seeds "
+                  f"({objective.mode}), then the smaller std, then the earlier trial. The lead over the runner-up "
+                  f"comes with its standard error over seeds and Welch's t-test p-value; it is within noise where it "
+                  f"is not larger than its standard error (or a trial ran one seed)."),
+        Bullets(sentences) if len(sentences) > 1 else Paragraph(sentences[0])]
+    spread = spread_sentences(results, frame, objective)
+    return blocks + ([Paragraph("How far each swept parameter moves it:"), Bullets(spread)] if spread else [])
+
+
+def best_and_worst(results: SweepResults, frame, objective: Objective) -> list[tuple[str, Any]]:
+    """[("best", trial), ("worst", trial)] on ``objective`` over the whole sweep
+    (:func:`platform.results.report_ranking.ranked_rows`; one entry when only one trial reported)."""
+    ranked = ranked_rows(frame.to_dict("records"), objective)
+    if not ranked:
+        return []
     by_id = {t.run_id: t for t in results.trials}
     chosen = [("best", by_id[ranked[0]["run_id"]])]
     if len(ranked) > 1:
@@ -448,19 +463,15 @@ def reference_blocks(results: SweepResults, frame, objective: Objective, referen
     if reference is None:
         return []
     rows = []
-    records = [r for r in frame.to_dict("records") if r["status"] != "failed"]
+    records = frame.to_dict("records")
     for value in reference.values:
-        matching = [r for r in records if _matches(r, value.scenario, results.scenarios)
-                    and _matches(r, value.arm, results.parameters) and _number(r.get(f"{objective.metric}_mean"))]
-        best = None
-        if matching:
-            top = objective.best(r[f"{objective.metric}_mean"] for r in matching)
-            best = next(r for r in matching if r[f"{objective.metric}_mean"] == top)
+        best = best_row([r for r in records if _matches(r, value.scenario, results.scenarios)
+                         and _matches(r, value.arm, results.parameters)], objective)
         paper = f"{value.value:.4f}" + (f" ± {value.std:.4f}" if value.std is not None else "")
         rows.append([value.label or INACTIVE,
                      ", ".join(f"{k}={value_text(v)}" for k, v in {**value.scenario, **value.arm}.items()) or "all",
                      f"`{value.metric}`", paper, mean_std(best, value.metric), _seeds_n(best),
-                     INACTIVE if best is None else f"{best['run_name']} (`{best['run_id'][:8]}`)"])
+                     INACTIVE if best is None else trial_name(best)])
     return [Heading("Reference values"),
             Paragraph(" ".join(_sentence(t) for t in (f"Source: {reference.source}", reference.note,
                                                        f"Ours: the best trial on `{objective.metric}` among those "
@@ -509,9 +520,8 @@ def comparison_blocks(sweeps: Sequence[SweepResults], objective: Objective) -> l
     rows = []
     for label, sweep, frame in zip(labels, sweeps, frames):
         overall = arms_overall(frame, objective)
-        rows.append([label, sweep.status, INACTIVE if overall is None else
-                     f"{overall['run_name']} (`{overall['run_id'][:8]}`)", *[mean_std(overall, m) for m in metrics],
-                     _seeds_n(overall), str(len(frame))])
+        rows.append([label, sweep.status, INACTIVE if overall is None else trial_name(overall),
+                     *[mean_std(overall, m) for m in metrics], _seeds_n(overall), str(len(frame))])
     best = best_arm_index([Arm((), 0, arms_overall(f, objective)) for f in frames], objective)
     blocks += [Paragraph("Overall best trial per sweep:"),
                TextTable(["sweep", "status", "best trial", *[f"`{m}`" for m in metrics], "n", "trials"], rows,
@@ -521,11 +531,7 @@ def comparison_blocks(sweeps: Sequence[SweepResults], objective: Objective) -> l
 
 def arms_overall(frame, objective: Objective) -> Optional[dict]:
     """The sweep's best trial on ``objective`` over all its arms (None before any trial reported)."""
-    rows = [r for r in frame.to_dict("records") if r["status"] != "failed" and _number(r.get(f"{objective.metric}_mean"))]
-    if not rows:
-        return None
-    value = objective.best(r[f"{objective.metric}_mean"] for r in rows)
-    return next(r for r in rows if r[f"{objective.metric}_mean"] == value)
+    return best_row(frame.to_dict("records"), objective)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -538,7 +544,8 @@ def write_report(results: SweepResults, objective: Objective, out: str, others: 
     extra = [objective.metric, *(v.metric for v in (reference.values if reference else ()))]
     table = trials_table(results, extra)
     frame = trial_frame(table)
-    blocks = header_blocks(results, objective) + ablation_blocks(results, frame, objective)
+    blocks = (header_blocks(results, objective) + ablation_blocks(results, frame, objective)
+              + winner_blocks(results, frame, objective))
     plots, written = plot_blocks(results, table, frame, objective, out)
     blocks += reference_blocks(results, frame, objective, reference) + plots
     if others:

@@ -50,16 +50,18 @@ def summary_metrics(results: SweepResults, extra: Sequence[str] = ()) -> list[st
 
 def trials_table(results: SweepResults, extra_metrics: Sequence[str] = ()):
     """One row per trial × seed (a trial without per-seed metrics: one row, seed null, its means): run_id, run_name,
-    status, cell, each scenario key, each swept parameter (null where inactive), seed, rounds_completed, n_seeds, each
-    per-seed metric's latest value for that seed, and each summary metric's trial mean and population std over seeds
-    (``<metric>_mean``, ``<metric>_std``; std null with one seed). A ``pyarrow.Table`` with typed columns."""
+    trial_number (its order of start in its study), status, cell, each scenario key, each swept parameter (null where
+    inactive), seed, rounds_completed, n_seeds, each per-seed metric's latest value for that seed, and each summary
+    metric's trial mean and population std over seeds (``<metric>_mean``, ``<metric>_std``; std null with one seed).
+    A ``pyarrow.Table`` with typed columns."""
     import pyarrow as pa  # deferred: start-up time
 
     metrics = table_metrics(results)
     summaries = summary_metrics(results, extra_metrics)
     dimensions = [*results.scenarios.values(), *(p for k, p in results.parameters.items()
                                                  if k not in results.scenarios)]
-    fields = [pa.field("run_id", pa.string()), pa.field("run_name", pa.string()), pa.field("status", pa.string()),
+    fields = [pa.field("run_id", pa.string()), pa.field("run_name", pa.string()), pa.field("trial_number", pa.int64()),
+              pa.field("status", pa.string()),
               pa.field("cell", pa.string()), *(pa.field(d.key, d.arrow_type()) for d in dimensions),
               pa.field("seed", pa.int64()), pa.field("rounds_completed", pa.int64()), pa.field("n_seeds", pa.int64()),
               *(pa.field(m, pa.float64()) for m in metrics),
@@ -71,7 +73,8 @@ def trials_table(results: SweepResults, extra_metrics: Sequence[str] = ()):
         stats = {m: trial.summary(m) for m in summaries}
         values = {**trial.scenario, **trial.params}
         for seed in seeds:
-            row = {"run_id": trial.run_id, "run_name": trial.run_name, "status": trial.status, "cell": trial.cell,
+            row = {"run_id": trial.run_id, "run_name": trial.run_name, "trial_number": trial.number,
+                   "status": trial.status, "cell": trial.cell,
                    **{d.key: values.get(d.key) for d in dimensions}, "seed": seed,
                    "rounds_completed": trial.rounds_completed, "n_seeds": len(trial.seeds) or None}
             for m in metrics:

@@ -15,14 +15,14 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from platform.cli import sqlite_path
 from platform.errors import UserError
 from platform.config.run_schema import (METRIC_ROUNDS_COMPLETED, PARAM_SCENARIO, PARAM_SEARCH, PARAM_SEEDS, PARAM_SPACE,
                                  PER_SEED_SEPARATOR, STATUS_RUNNING, TAG_COMMAND, TAG_DESCRIPTION, TAG_PARENT_RUN,
                                  TAG_PRESET, TAG_SCENARIO, TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS,
-                                 TAG_STOPPED_EARLY, children_filter, is_number, parse_infinity, seed_std)
+                                 TAG_STOPPED_EARLY, TAG_TRIAL_NUMBER, children_filter, is_number, parse_infinity, seed_std)
 
 RANGE_KINDS = ("uniform", "loguniform", "int")
 RUN_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
@@ -90,11 +90,9 @@ class SweptParameter:
 
 @dataclass(frozen=True)
 class Objective:
+    """What a best is chosen on; choose it with :func:`platform.results.report_ranking.best_row` (the one order)."""
     metric: str
     mode: str  # max | min
-
-    def best(self, values: Iterable[float]) -> float:
-        return (max if self.mode == "max" else min)(values)
 
 
 @dataclass(frozen=True)
@@ -111,6 +109,7 @@ class Trial:
     seeds: tuple  # the seeds it ran
     metrics: dict  # metric key -> latest value
     rounds_completed: Optional[int]
+    number: Optional[int] = None  # its order of start in its study (cell), 1-based: the last tie-break of a ranking
 
     def per_seed(self, metric: str) -> dict[int, float]:
         """``{seed: latest value}`` of ``<metric>/seed_<seed>``; empty where the trial logged none."""
@@ -368,11 +367,25 @@ def _trial(run, parameters: dict, scenarios: dict, default_seeds: tuple) -> Tria
         cell=tags.get(TAG_SCENARIO), cell_number=int(cell_number) if str(cell_number).isdigit() else None,
         params={k: p.typed(params[k]) for k, p in parameters.items() if k in params},
         scenario={k: s.typed(params[k]) for k, s in scenarios.items() if k in params},
-        seeds=seeds, metrics=metrics, rounds_completed=int(rounds) if rounds is not None else None)
+        seeds=seeds, metrics=metrics, rounds_completed=int(rounds) if rounds is not None else None,
+        number=int(tags[TAG_TRIAL_NUMBER]) if str(tags.get(TAG_TRIAL_NUMBER)).isdigit() else None)
     logged = {s for m in trial.per_seed_metrics() for s in trial.per_seed(m)}
     if logged - set(seeds):
         trial = _replace(trial, seeds=tuple(sorted(set(seeds) | logged)))
     return trial
+
+
+def _numbered(trials: list) -> list:
+    """``trials`` (in cell, start order) with their number; a sweep from before runs were tagged with it: the order
+    of start in the cell, as the sweep's driver numbered them."""
+    if all(t.number is not None for t in trials):
+        return trials
+    starts: dict = {}
+    numbered = []
+    for trial in trials:
+        starts[trial.cell_number] = starts.get(trial.cell_number, 0) + 1
+        numbered.append(_replace(trial, number=starts[trial.cell_number]))
+    return numbered
 
 
 def _replace(trial: Trial, **changes) -> Trial:
@@ -403,8 +416,8 @@ def load_sweep(tracking_uri: str, ref: str, option: str = "sweep", preset: Optio
             scenarios[key] = SweptParameter(key, "scenario", tuple(values))
     seeds = _seeds(params.get(PARAM_SEEDS))
     children = _child_runs(client, parent.info.experiment_id, parent.info.run_id)
-    trials = sorted((_trial(run, parameters, scenarios, seeds) for run in children),
-                    key=lambda t: (t.cell_number or 0, t.start_time, t.run_id))
+    trials = _numbered(sorted((_trial(run, parameters, scenarios, seeds) for run in children),
+                              key=lambda t: (t.cell_number or 0, t.start_time, t.run_id)))
     num_samples = parse_literal(params.get(f"{PARAM_SEARCH}num_samples", "None"))
     return SweepResults(
         tracking_uri=tracking_uri, experiment_id=parent.info.experiment_id,

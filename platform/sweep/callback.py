@@ -14,6 +14,7 @@ from platform.config.run_schema import (METRIC_BEST, METRIC_FINAL, METRIC_ROUNDS
                                  RESULT_ARRAYS, STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED,
                                  STATUS_FAILED, STATUS_RUNNING, TAG_SAMPLED, TAG_SAMPLER_SEED, TAG_SCENARIO,
                                  TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, TAG_TRIAL_ID,
+                                 TAG_TRIAL_NUMBER,
                                  children_filter, diverged, figure, setting_metrics)
 from platform.results.tracking import Tracker, _short, log_arrays, log_partition, round_metrics, trial_run_name
 
@@ -95,6 +96,7 @@ class MlflowSweepCallback(tune.Callback):
         run = found[0]
         self.runs[trial.trial_id], self.names[trial.trial_id] = run.info.run_id, run.info.run_name
         self.numbers[trial.trial_id] = len(self.numbers) + 1
+        self.tracker.set_tag(run.info.run_id, TAG_TRIAL_NUMBER, str(self.numbers[trial.trial_id]))  # the ties' order
         return True
 
     def _catch_up(self, trial_id: str) -> None:
@@ -116,6 +118,7 @@ class MlflowSweepCallback(tune.Callback):
         params = self.trial_params(trial)
         resolved = self.space.trial_config(params)
         tags = {TAG_STATUS: STATUS_RUNNING, TAG_TRIAL_ID: trial.trial_id, TAG_SEARCH_SPACE: self.space.name,
+                TAG_TRIAL_NUMBER: str(self.numbers[trial.trial_id]),
                 TAG_SAMPLED: ", ".join(f"{k}={_short(v)}" for k, v in params.items())}
         cell = getattr(self, "cell", None)  # getattr: a callback pickled before cells existed (--resume)
         if cell:

@@ -21,7 +21,7 @@ from platform.config.run_schema import (ARTIFACT_SCENARIO_FRONTS_CSV, ARTIFACT_S
 from platform.sweep.pareto import _front_rows, _json_value, objective_value, pareto_front
 from platform.sweep.state import _join, _read_state, _resume_command, _start_state, _write_state
 from platform.sweep.study import (_REPORTED, _expected_trials, _fit_study, _pin_public_image, _ranked_results,
-                                  _trainable, lead_of, rank_results)
+                                  _trainable, lead_of, log_ranks, rank_results)
 
 
 def _cell_dir_name(index: int) -> str:
@@ -150,6 +150,7 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
     if not finished:
         return row
     ranked = rank_results(finished, metric, mode, callback)
+    log_ranks(ranked, callback)
     best = ranked[0]
     lead = lead_of(ranked, metric, mode)
     if lead is not None:

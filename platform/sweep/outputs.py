@@ -13,8 +13,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Optional
 
-from platform.config.run_schema import (TAG_BEST_PREFIX, TAG_BEST_RUN, TAG_NOTE, TAG_OPTUNA_STUDIES, TAG_SCENARIO,
-                                 TAG_STATUS, TAG_STOPPED_EARLY, figure)
+from platform.config.run_schema import (METRIC_RANK, TAG_BEST_PREFIX, TAG_BEST_RUN, TAG_NOTE, TAG_OPTUNA_STUDIES,
+                                        TAG_SCENARIO, TAG_STATUS, TAG_STOPPED_EARLY, figure)
 
 ARTIFACT_OPTUNA = "optuna"  # on the parent run: optuna/[cell-NNN/]optuna_plots.html and one PNG per plot
 
@@ -142,7 +142,7 @@ def publish(tracker, parent_run_id: str, space, answer: SweepAnswer, optuna_url:
         _safely("study names", lambda: tracker.set_tag(parent_run_id, TAG_OPTUNA_STUDIES, ",".join(answer.studies)))
     _safely("description", lambda: tracker.set_tag(parent_run_id, TAG_NOTE,
                                                    description(space, tracker.experiment_id, answer)))
-    link = _safely("MLflow view", lambda: _publish_view(tracker, parent_run_id, space))
+    link = _safely("MLflow view", lambda: _publish_view(tracker, parent_run_id, space, ranked(answer)))
     _safely("sweep tables and plots", lambda: _log_results(tracker, parent_run_id))
     if optuna_url:
         for index, study in enumerate(answer.studies):  # per cell under optuna/cell-NNN/
@@ -169,17 +169,25 @@ def _safely(what: str, work):
         return None
 
 
-def _publish_view(tracker, parent_run_id: str, space) -> str:
+def ranked(answer: SweepAnswer) -> bool:
+    """Whether the sweep ranked its trials (logged ``rank`` on their runs): a best was named, or a cell's best."""
+    return answer.best is not None or any(row.get("best_run_id") for row in answer.cells)
+
+
+def _publish_view(tracker, parent_run_id: str, space, by_rank: bool) -> str:
+    """The sweep's MLflow view; ``by_rank``: sorted by the trials' ``rank`` (the console's and the report's order;
+    with scenario cells each cell's best comes first), else by the selection metric."""
     from platform.results.mlflow_ui import deep_link, publish_sweep_view, ui_url
 
     search = space.search
-    metrics = []
+    metrics = [METRIC_RANK] if by_rank else []
     for metric in (*search.metrics, "test_accuracy"):
         metrics += [metric, f"{metric}_std"] if len(space.seeds) > 1 else [metric]
     tags = [TAG_STATUS, TAG_STOPPED_EARLY] + ([TAG_SCENARIO] if space.scenarios else [])
     key = publish_sweep_view(tracker.client, tracker.experiment_id, parent_run_id,
                              params=[*space.scenarios, *space.parameters], metrics=list(dict.fromkeys(metrics)),
-                             tags=tags, sort_metric=search.metrics[0], ascending=search.objectives[0][1] == "min")
+                             tags=tags, sort_metric=METRIC_RANK if by_rank else search.metrics[0],
+                             ascending=by_rank or search.objectives[0][1] == "min")
     return deep_link(ui_url(tracker.uri), tracker.experiment_id, key)
 
 

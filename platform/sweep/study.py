@@ -284,6 +284,17 @@ def rank_results(finished: list, metric: str, mode: str, callback) -> list:
                 lambda r: callback.numbers.get(r.metrics.get("trial_id")), mode)
 
 
+def log_ranks(ranked: list, callback) -> None:
+    """Each ranked trial's place (1: the best) as the metric ``rank`` on its child run, for the MLflow view, which
+    sorts by it (:func:`platform.sweep.outputs.publish`): the UI lists the trials in the console's order."""
+    from platform.config.run_schema import METRIC_RANK
+
+    for place, result in enumerate(ranked, start=1):
+        run_id = callback.runs.get(result.metrics.get("trial_id"))
+        if run_id:
+            callback.tracker.log_metrics(run_id, {METRIC_RANK: place})
+
+
 def lead_of(ranked: list, metric: str, mode: str):
     """The best's lead over the runner-up (:class:`platform.results.noise.Lead`; None with one trial)."""
     from platform.config.run_schema import round_metrics
@@ -309,6 +320,7 @@ def _report(grid, space, tracker, parent_run_id, callback, answer, sweep_dir: st
               file=sys.stderr)
         return "FAILED"
     ranked = rank_results(finished, metric, mode, callback)
+    log_ranks(ranked, callback)
     best = ranked[0]
     lead = lead_of(ranked, metric, mode)
     params = best.config.get("params", best.config)

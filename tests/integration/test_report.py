@@ -59,7 +59,7 @@ def test_report_on_a_real_sweep(ray_local, one_torch_thread, tracking_uri, tmp_p
     from platform.results.sweep_artifacts import trials_table
     from platform.results.sweep_results import load_sweep
 
-    run_tiny_sweep(SPACE, NAME, tracking_uri, tmp_path, capsys)
+    console = run_tiny_sweep(SPACE, NAME, tracking_uri, tmp_path, capsys)
     client, runs = mlflow_runs(tracking_uri, NAME)
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
@@ -90,6 +90,8 @@ def test_report_on_a_real_sweep(ray_local, one_torch_thread, tracking_uri, tmp_p
     assert any(line.format(*_per_seed_or_mean(c, "test_accuracy")) in markdown for c in fedprox), \
         markdown  # the reference value next to ours (any of the tied best's)
 
+    _check_one_order(client, tracking_uri, parent, children, console, markdown)
+
     # The sweep-level table and plots, logged by the sweep itself when it ended (platform.sweep.outputs)
     parent_id = parent.info.run_id
     assert {a.path for a in client.list_artifacts(parent_id, "trials")} == {"trials/trials.csv", "trials/trials.parquet"}
@@ -100,3 +102,32 @@ def test_report_on_a_real_sweep(ray_local, one_torch_thread, tracking_uri, tmp_p
     per_seed = any("/seed_" in k for c in children for k in c.data.metrics)
     assert table.num_rows == (3 * 2 if per_seed else 3)
     assert os.path.getsize(out / "report.html") > os.path.getsize(out / "learning_curves.png")  # PNGs embedded
+
+
+def _check_one_order(client, tracking_uri: str, parent, children: list, console: str, markdown: str) -> None:
+    """The console, the report and the MLflow view name the same best, in the same order (issue 32): the report's
+    best is the parent's best_trial_run_id with the console's lead line word for word, and the child runs' ``rank``
+    metric (the view's sort key) is the report's ranking."""
+    import json
+
+    from platform.results.report_ranking import ranked_rows
+    from platform.results.sweep_artifacts import trial_frame, trials_table
+    from platform.results.sweep_results import load_sweep
+
+    best_id = parent.data.tags["best_trial_run_id"]
+    lead = next(line.strip() for line in console.splitlines() if line.strip().startswith("lead over the runner-up"))
+    named = next(line for line in markdown.splitlines() if line.startswith("Best: "))
+    assert named.startswith(f"Best: **{next(c for c in children if c.info.run_id == best_id).info.run_name} "
+                            f"(`{best_id[:8]}`)**") and named.endswith(f"; {lead}."), (named, console)
+    assert sum(line.startswith("- `val_accuracy` ") for line in markdown.splitlines()) == 2  # one per parameter
+    results = load_sweep(tracking_uri, parent.info.run_id)
+    report_order = [r["run_id"] for r in ranked_rows(trial_frame(trials_table(results)).to_dict("records"),
+                                                      results.objective)]
+    assert sorted(c.data.metrics["rank"] for c in children) == [1, 2, 3]
+    assert report_order == [c.info.run_id for c in sorted(children, key=lambda c: c.data.metrics["rank"])]
+    listed = client.search_runs([parent.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = "
+                                f"'{parent.info.run_id}'", order_by=["metrics.`rank` ASC"])
+    assert [r.info.run_id for r in listed] == report_order  # the store's own sort, as the view asks for it
+    view = json.loads(client.get_experiment(parent.info.experiment_id).tags[
+        f"mlflow.sharedViewState.fedsweep-{parent.info.run_id}"])
+    assert view["orderByKey"] == "metrics.`rank`" and view["orderByAsc"] is True

@@ -108,6 +108,8 @@ def test_each_cell_is_a_study_of_its_own(ray_local, one_torch_thread, tracking_u
         best = max(cell, key=lambda c: c.data.metrics["final_val_accuracy"])
         assert float(line["partition.alpha"]) == alpha and line["trials_finished"] == "2"
         assert line["best_run_id"] == best.info.run_id and int(line["sampler_seed"]) == seeds[index]
+        ranks = {c.data.metrics["rank"]: c.info.run_id for c in cell}  # ranked per cell: the MLflow view's order
+        assert sorted(ranks) == [1, 2] and ranks[1] == line["best_run_id"]
         assert math.isclose(float(line["val_accuracy"]), best.data.metrics["final_val_accuracy"])
         assert math.isclose(float(line["test_accuracy"]), best.data.metrics["final_test_accuracy"])
         assert math.isclose(float(line["best.clients.lr"]), float(best.data.params["clients.lr"]))

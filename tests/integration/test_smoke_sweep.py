@@ -173,6 +173,8 @@ def test_deep_link_opens_the_sweeps_trials_in_the_ml_runs_table_best_first(brows
 
     shown = [float(value) for _, value in table]
     assert shown == sorted(shown, reverse=True), table  # best first: val_accuracy is maximised
+    ranks = [sweep.children[run_id].data.metrics["rank"] for run_id in shown_ids]
+    assert ranks == list(range(1, len(ranks) + 1)), ranks  # in the console's and the report's order, ties included
     for run_id, value in zip(shown_ids, shown):
         assert math.isclose(value, sweep.children[run_id].data.metrics[METRIC], abs_tol=1e-3), (run_id, value)
 
