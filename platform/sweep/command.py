@@ -130,7 +130,7 @@ def _resolve_resume(args) -> str:
         if key == "name" and given and kept and os.path.isfile(given):
             given = os.path.abspath(given)
         if given in (None, [], False) or given == kept or (key == "name" and kept and given == os.path.splitext(
-                os.path.basename(kept))[0]):
+                os.path.basename(kept))[0]) or (key == "overrides" and _sets_agree(given, kept)):
             setattr(args, key, kept)
             continue
         raise UserError(f"--resume: {flag} {given!r} conflicts with the interrupted sweep's {kept!r}; drop it "
@@ -138,6 +138,18 @@ def _resolve_resume(args) -> str:
     if args.tracking_uri is None:  # the store it wrote to, wherever --resume runs from
         args.tracking_uri = state.get("tracking_uri")
     return resume_dir
+
+
+def _sets_agree(given: list, kept) -> bool:
+    """Whether every ``--set`` given again with ``--resume`` says what the interrupted sweep's own ``--set`` says
+    (parsed, so ``rounds=6`` agrees with ``rounds=6.0``, in any order, and repeating some of them agrees too)."""
+    from platform.config.experiment import parse_overrides
+
+    if not isinstance(kept, list):
+        return False
+    stored = parse_overrides(kept)
+    return all(key in stored and stored[key] == value and isinstance(stored[key], bool) == isinstance(value, bool)
+               for key, value in parse_overrides(given).items())
 
 
 def _stop_on_sigterm() -> None:
