@@ -123,6 +123,10 @@ class MlflowSweepCallback(tune.Callback):
                          TAG_SAMPLER_SEED: str(cell["sampler_seed"])})
         name = trial_run_name(params, self.space.parameters, cell.get("values") if cell else None)
         run_id = self.tracker.start_run(name=name, tags=tags, parent_run_id=self.parent_run_id)
+        # held at once: an interrupt (Ctrl-C, SIGTERM) during the writes below still finds it open and closes it
+        self.runs[trial.trial_id] = run_id
+        self.names[trial.trial_id] = name
+        self.open.add(trial.trial_id)
         # A conditional parameter whose ``when`` does not hold was not drawn: its config value is unused, not
         # logged.
         flat = {k: v for k, v in resolved.flat().items() if k in params or k not in self.space.parameters}
@@ -135,9 +139,6 @@ class MlflowSweepCallback(tune.Callback):
                               self.shared.train_coarse_labels)
             except Exception:  # noqa: BLE001 - the trial hits the same error and reports it as its failure
                 pass
-        self.runs[trial.trial_id] = run_id
-        self.names[trial.trial_id] = name
-        self.open.add(trial.trial_id)
         self._say(f"{self._label(trial)} start  " + ", ".join(f"{k}={_short(v)}" for k, v in params.items()))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):

@@ -285,6 +285,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     from platform.runtime.placement import check_fits_connected_cluster, trials_at_once
     from platform.config.trials import grid_subset_note
 
+    started_ms = int(time.time() * 1000)  # a child run created from here on is this driver's own
     mode = connect_ray(args.address, args.ray_dashboard)
     _stop_on_sigterm()  # after Ray's start, which installs a SIGTERM handler that aborts the process
     check_fits_connected_cluster(base_config.resources)  # a trial that could never start: one line, nothing written
@@ -352,9 +353,12 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
 
         answer.status = _STATUS_TAGS.get(status, STATUS_FAILED)
         _record_status(_join(storage, experiment), answer.status)
-        orphans = close_orphan_runs(tracker, parent_run_id)
-        if orphans:
-            print(f"closed {orphans} run(s) left RUNNING by an earlier driver that was killed", file=sys.stderr)
+        earlier, own = close_orphan_runs(tracker, parent_run_id, started_since_ms=started_ms)
+        if earlier:
+            print(f"closed {earlier} run(s) left RUNNING by an earlier driver that was killed", file=sys.stderr)
+        if own:  # this driver's own: created as it was interrupted, before the callback held them
+            print(f"closed {own} trial run(s) this sweep was starting when it stopped, as interrupted",
+                  file=sys.stderr)
         tracker.set_tag(parent_run_id, TAG_STATUS, answer.status)
         publish(tracker, parent_run_id, space, answer, args.optuna_url, quiet=args.quiet)
         tracker.end_run(parent_run_id, status)
