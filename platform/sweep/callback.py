@@ -182,7 +182,7 @@ class MlflowSweepCallback(tune.Callback):
         if shown:
             self._say(f"{self._label(trial)} round {step}/{self.total_rounds}  " + "  ".join(shown))
 
-    def _finish(self, trial, status: str, mlflow_status: str):
+    def _finish(self, trial, status: str, mlflow_status: str, say: bool = True):
         run_id = self.runs.get(trial.trial_id)
         if run_id is None:
             return
@@ -208,7 +208,8 @@ class MlflowSweepCallback(tune.Callback):
                                "status": status, "rounds_completed": last.get("round", 0),
                                "seeds": str(self.space.seeds)})
         final = "".join(f"  {m} {figure(last[m])}" for m in self.space.search.metrics if m in last)
-        self._say(f"{self._label(trial)} {status}{final}")
+        if say:
+            self._say(f"{self._label(trial)} {status}{final}")
         # An ended trial's round figures are in MLflow and the study now: keep only its run's identity, so the
         # callback (and Tune's saved experiment state) grows by a few ids per trial, not by every metric it
         # reported.
@@ -231,7 +232,7 @@ class MlflowSweepCallback(tune.Callback):
                   f"{_last_error_line(trial)}")
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._finish(trial, STATUS_FAILED, "FAILED")
+        self._finish(trial, STATUS_FAILED, "FAILED", say=False)  # one line for a failed trial: the one below
         line = _last_error_line(trial)
         where = _error_log(trial)
         self._say(f"{self._label(trial)} error: {line or 'see its log'}" + (f"  (traceback: {where})" if where else ""))
