@@ -15,8 +15,9 @@ from typing import Optional
 from platform.cli import (add_plan_arguments, add_ray_arguments, connect_ray, leave_ray_job_working_dir,
                           main_wrapper, quiet_libraries, run_command, start_ray_early)
 from platform.errors import UserError
-from platform.config.run_schema import (METRIC_FINAL, RESULT_ARRAYS, RESULT_CLIENT_PATHS, STATUS_COMPLETED, STATUS_FAILED,
-                                 STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND, TAG_GIT_COMMIT, TAG_STATUS)
+from platform.config.run_schema import (METRIC_FINAL, RESULT_ARRAYS, RESULT_CACHE_CORRUPT, RESULT_CLIENT_PATHS,
+                                 STATUS_COMPLETED, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND,
+                                 TAG_GIT_COMMIT, TAG_STATUS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -357,6 +358,8 @@ def _run_rounds(federations, config, args, tracker, run_id, clock: Optional[Star
     for metrics in rounds:
         arrays = metrics.pop(RESULT_ARRAYS, None)
         paths = metrics.pop(RESULT_CLIENT_PATHS, None)  # not a metric: --profile prints it
+        for line in filter(None, (metrics.pop(RESULT_CACHE_CORRUPT, None) or "").split("\n")):  # the actors'
+            print(f"warning: {line}", file=sys.stderr, flush=True)
         print(_format(metrics, headline), flush=True)
         started = time.perf_counter()
         if tracker:

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from typing import Any, Optional
 
 from ray import tune
 
-from platform.config.run_schema import (METRIC_BEST, METRIC_FINAL, METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, PER_SEED_SEPARATOR,
-                                 RESULT_ARRAYS, STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED,
-                                 STATUS_FAILED, STATUS_RUNNING, TAG_SAMPLED, TAG_SAMPLER_SEED, TAG_SCENARIO,
+from platform.config.run_schema import (METRIC_BEST, METRIC_CACHE_CORRUPT, METRIC_FINAL, METRIC_ROUNDS_COMPLETED,
+                                 PARAM_SEEDS, PER_SEED_SEPARATOR, RESULT_ARRAYS, RESULT_CACHE_CORRUPT,
+                                 STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED,
+                                 STATUS_FAILED, STATUS_RUNNING, TAG_CACHE_CORRUPT, TAG_SAMPLED, TAG_SAMPLER_SEED, TAG_SCENARIO,
                                  TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, TAG_TRIAL_ID,
                                  children_filter, diverged, figure, setting_metrics)
 from platform.results.tracking import Tracker, _short, log_arrays, log_partition, round_metrics, trial_run_name
@@ -146,6 +148,8 @@ class MlflowSweepCallback(tune.Callback):
         if run_id is None:
             return
         step = int(result.get("round", result.get("training_iteration", 0)))
+        if result.get(RESULT_CACHE_CORRUPT):
+            self._cache_corrupt(trial, run_id, result[RESULT_CACHE_CORRUPT], step)
         if step <= self.last.get(trial.trial_id, {}).get("round", 0):
             return  # a resumed trial recomputing rounds it already logged (deterministic: same values)
         metrics = round_metrics(result)
@@ -165,6 +169,18 @@ class MlflowSweepCallback(tune.Callback):
                 self.best[trial.trial_id] = value
             std = f" ± {figure(metrics[metric + '_std'])}" if metric + "_std" in metrics else ""
             self._say(f"{self._label(trial)} round {step}/{self.total_rounds}  {metric} {figure(value)}{std}")
+
+    def _cache_corrupt(self, trial, run_id: str, report: str, step: int) -> None:
+        """Stage-cache entries the trial (or its actors) found corrupt, moved aside and recomputed: one line each on
+        the console (stderr, also with --quiet), the lines as the run's TAG_CACHE_CORRUPT and their count so far as
+        its METRIC_CACHE_CORRUPT; the trial's results are sound (recomputed)."""
+        lines = [line for line in report.split("\n") if line.strip()]
+        for line in lines:
+            print(f"warning: {self._label(trial)} {line}", file=sys.stderr, flush=True)
+        counts = self.__dict__.setdefault("corrupt_counts", {})  # setdefault: a callback pickled before this existed
+        counts[trial.trial_id] = counts.get(trial.trial_id, 0) + len(lines)
+        self.tracker.set_tag(run_id, TAG_CACHE_CORRUPT, "\n".join(lines)[:4000])
+        self.tracker.log_metrics(run_id, {METRIC_CACHE_CORRUPT: counts[trial.trial_id]}, step=step)
 
     def _round_objectives(self, trial, step: int, metrics: dict) -> None:
         """Multi-objective: track each objective's best so far (``best`` holds a dict per trial) and print them
