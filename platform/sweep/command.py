@@ -228,10 +228,11 @@ def main(argv=None) -> int:
 
 
 def _check_stores(args) -> str:
-    """Every store the sweep writes, checked before Ray starts and torch is imported, without writing anything (one line
+    """Every store the sweep writes, checked before Ray starts and torch is imported, leaving nothing behind (one line
     naming the option or variable): Tune's storage (a path, s3://bucket/prefix or gs://bucket/prefix; a URI is
-    checked for credentials, endpoint, bucket and write access, a probe object written and deleted), the stage cache,
-    the MLflow store and the Optuna storage. Returns Tune's storage."""
+    checked for credentials, endpoint, bucket and write access, a probe object written and deleted; a local directory,
+    or its nearest existing ancestor, by a probe file created and removed), the stage cache, the MLflow store and the
+    Optuna storage. Returns Tune's storage."""
     from platform.results.tracking import DEFAULT_STORE_FILE, check_tracking_uri
     from platform.stages.storage import check_storage, normalise
     from platform.sweep import optuna_store
