@@ -50,7 +50,11 @@ def sqlite_path(uri: str) -> Optional[str]:
 
 def check_writable_dir(path: str, flag: str) -> None:
     """Refuse, before anything is written, a directory that cannot be created or written: the nearest existing
-    ancestor must be a writable directory. One line naming ``flag``."""
+    ancestor must be a directory in which a file can really be created (one is written and removed). One line naming
+    ``flag``.
+
+    Not ``os.access``: for root it says yes to procfs and sysfs (``/proc``, ``/sys``), to a read-only mount and to a
+    full disk, where the first real write then fails deep inside a sweep."""
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
         parent = os.path.dirname(probe)
@@ -59,8 +63,30 @@ def check_writable_dir(path: str, flag: str) -> None:
         probe = parent
     if not os.path.isdir(probe):
         raise UserError(f"{flag}: {path} is not a directory ({probe} is a file)")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UserError(f"{flag}: {path} is not writable (no write permission on {probe})")
+    reason = probe_write(probe)
+    if reason:
+        raise UserError(f"{flag}: {path} is not writable (cannot create a file in {probe}: {reason}); give a "
+                        f"directory this user can write")
+
+
+def probe_write(directory: str) -> Optional[str]:
+    """Create and remove a small file in ``directory``; None when that worked, else why not (one short line)."""
+    import tempfile
+
+    try:
+        handle, name = tempfile.mkstemp(prefix=".fedsweep-probe-", dir=directory)
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    try:
+        with os.fdopen(handle, "wb") as fh:
+            fh.write(b"fedsweep write probe\n")
+            fh.flush()
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+    return None
 
 
 def quiet_libraries() -> None:

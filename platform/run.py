@@ -15,8 +15,9 @@ from typing import Optional
 from platform.cli import (add_plan_arguments, add_ray_arguments, connect_ray, leave_ray_job_working_dir,
                           main_wrapper, quiet_libraries, run_command, start_ray_early)
 from platform.errors import UserError
-from platform.config.run_schema import (METRIC_FINAL, RESULT_ARRAYS, RESULT_CLIENT_PATHS, STATUS_COMPLETED, STATUS_FAILED,
-                                 STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND, TAG_GIT_COMMIT, TAG_STATUS)
+from platform.config.run_schema import (METRIC_FINAL, RESULT_ARRAYS, RESULT_CACHE_CORRUPT, RESULT_CLIENT_PATHS,
+                                 STATUS_COMPLETED, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND,
+                                 TAG_GIT_COMMIT, TAG_STATUS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,6 +164,21 @@ def process_age() -> float:
 _IMPORTED = time.perf_counter()
 
 
+def _check_stores(args) -> None:
+    """The MLflow store and the stage cache, checked before Ray starts, a file written and removed in each local
+    directory (one line naming the flag; nothing left behind): the URI :func:`resolve_tracking_uri` gives, without
+    creating the results home it defaults to."""
+    from platform.cli import results_home
+    from platform.results.tracking import DEFAULT_STORE_FILE, check_tracking_uri
+    from platform.stages.storage import check_storage
+
+    if not args.no_mlflow:
+        check_tracking_uri(args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+                           or f"sqlite:///{os.path.join(results_home(), DEFAULT_STORE_FILE)}")
+    if args.cache_dir:  # a path, s3://bucket/prefix or gs://bucket/prefix
+        check_storage(args.cache_dir, "--cache-dir")
+
+
 @main_wrapper
 def main(argv=None) -> int:
     clock = StartupClock()
@@ -174,6 +190,7 @@ def main(argv=None) -> int:
     if args.dry_run or args.estimate:
         return _plan(args, overrides)
     config, experiment = resolve_config(args.config, overrides, args.preset)
+    _check_stores(args)  # before Ray starts: a store that cannot be written is one line, nothing started
     if argv is None:  # this process is the command, the config checked: a new local Ray starts in the background
         start_ray_early(args.address, args.ray_dashboard)  # while the data load
     # Everything is imported before Ray connects (under ``ray job submit`` the working directory stops being
@@ -181,19 +198,13 @@ def main(argv=None) -> int:
     import platform.stages.cache  # noqa: F401
     import platform.data.summary  # noqa: F401
     from platform.runtime.pretrain import prepare_pretrained
-    from platform.stages.storage import check_storage
     from platform.cli import results_home
-    from platform.results.tracking import (Tracker, check_tracking_uri, log_patch_samples, resolve_tracking_uri,
-                                           ui_command)
+    from platform.results.tracking import Tracker, log_patch_samples, resolve_tracking_uri, ui_command
     from platform.runtime.federation import load_shared_data, share_dataset
     from platform.runtime.trial import start_federations, stop_federations
 
     clock.mark("config, platform imports")
-    uri = None if args.no_mlflow else resolve_tracking_uri(args.tracking_uri)
-    if uri:
-        check_tracking_uri(uri)
-    if args.cache_dir:  # a path, s3://bucket/prefix or gs://bucket/prefix
-        check_storage(args.cache_dir, "--cache-dir")
+    uri = None if args.no_mlflow else resolve_tracking_uri(args.tracking_uri)  # checked in _check_stores
     leave_ray_job_working_dir(results_home())
     tracker = None if args.no_mlflow else Tracker(uri, args.experiment or experiment)
     # The MLflow store (a new SQLite store builds its schema: seconds) opens while Ray starts and the actors import
@@ -347,6 +358,8 @@ def _run_rounds(federations, config, args, tracker, run_id, clock: Optional[Star
     for metrics in rounds:
         arrays = metrics.pop(RESULT_ARRAYS, None)
         paths = metrics.pop(RESULT_CLIENT_PATHS, None)  # not a metric: --profile prints it
+        for line in filter(None, (metrics.pop(RESULT_CACHE_CORRUPT, None) or "").split("\n")):  # the actors'
+            print(f"warning: {line}", file=sys.stderr, flush=True)
         print(_format(metrics, headline), flush=True)
         started = time.perf_counter()
         if tracker:

@@ -83,6 +83,13 @@ MAX_ARRAY_ELEMENTS = 1_000_000  # larger arrays are skipped, with one warning pe
 # "<arch>: batched|sequential, <n> clients (<reason>)". In a round's metrics under RESULT_CLIENT_PATHS (the first
 # seed's), never a metric; platform.run --profile prints it. The metric batched_clients counts the batched ones.
 RESULT_CLIENT_PATHS = "_client_paths"
+# Stage-cache entries found corrupt in a round (moved aside and recomputed, platform.stages.cache), one line each,
+# joined by "\n", by whichever process read them (the trial, its client and server actors): in a round's metrics under
+# RESULT_CACHE_CORRUPT, never a metric. The sweep prints each on the driver's console, tags the trial's run with
+# TAG_CACHE_CORRUPT and counts them in METRIC_CACHE_CORRUPT; platform.run prints them.
+RESULT_CACHE_CORRUPT = "_cache_corrupt"
+TAG_CACHE_CORRUPT = "fedsweep.cache_corrupt"
+METRIC_CACHE_CORRUPT = "cache_corrupt_entries"
 
 # A round's metrics as a trial reports them to Tune: as numbers only what Tune selects, schedules and stops on and what
 # the sweep's summary reads (``round``, the search metrics, the test figures, each with its ``_std``); every other

@@ -197,17 +197,21 @@ class Tracker:
         self.client.log_text(run_id, text, artifact_file)
 
 
-def close_orphan_runs(tracker: "Tracker", parent_run_id: str) -> int:
+def close_orphan_runs(tracker: "Tracker", parent_run_id: str, started_since_ms: Optional[int] = None):
     """End, as interrupted (KILLED), every child run of ``parent_run_id`` still RUNNING once the sweep's own runs are
     closed: runs of trials whose driver was killed (kill -9) before Tune saved them, which no trial continues.
-    Returns how many."""
+    Returns how many; with ``started_since_ms`` (when this driver started), ``(by an earlier driver, by this one)``:
+    a run created since then is this driver's own (a trial it was starting when it was interrupted)."""
     orphans = tracker.client.search_runs(
         [tracker.experiment_id], max_results=10000,
         filter_string=f"{children_filter(parent_run_id)} and attributes.status = 'RUNNING'")
     for run in orphans:
         tracker.set_tag(run.info.run_id, TAG_STATUS, STATUS_INTERRUPTED)
         tracker.end_run(run.info.run_id, "KILLED")
-    return len(orphans)
+    if started_since_ms is None:
+        return len(orphans)
+    own = sum(1 for run in orphans if (run.info.start_time or 0) >= started_since_ms)
+    return len(orphans) - own, own
 
 
 def log_partition(tracker: "Tracker", run_id: str, config, labels, num_classes: int, groups=None,

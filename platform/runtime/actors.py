@@ -32,7 +32,8 @@ from algorithms.base import aggregate_round, group_by_architecture, mean_metrics
 from algorithms.common import LocalTraining, evaluate, get_flat_weights, set_flat_weights
 from algorithms.common.batched_training import BatchingUnsupported, prefers_batched
 from platform.config.models import build_model, client_architectures
-from platform.config.run_schema import MAX_ARRAY_ELEMENTS, RESULT_ARRAYS, RESULT_CLIENT_PATHS
+from platform.config.run_schema import MAX_ARRAY_ELEMENTS, RESULT_ARRAYS, RESULT_CACHE_CORRUPT, RESULT_CLIENT_PATHS
+from platform.stages.cache import take_corrupt_reports
 from platform.runtime.pretrain import load_pretrained_features
 from platform.runtime.seeding import derived_seed, generator
 from platform.runtime.shards import ClientShards, ClientSplits
@@ -152,6 +153,7 @@ class RoundResult:
     evaluations: list = field(default_factory=list)
     paths: list = field(default_factory=list)  # how each architecture's clients trained (see RESULT_CLIENT_PATHS)
     batched_clients: int = 0  # clients trained by a batched client_update_many
+    cache_corrupt: list = field(default_factory=list)  # stage-cache entries found corrupt (RESULT_CACHE_CORRUPT)
 
     @property
     def seconds(self) -> float:
@@ -302,6 +304,9 @@ class ParameterServer(Reusable):
             metrics[RESULT_ARRAYS] = arrays
         metrics["batched_clients"] = sum(result.batched_clients for result in results)
         metrics[RESULT_CLIENT_PATHS] = "; ".join(p for result in results for p in result.paths)
+        corrupt = [line for result in results for line in result.cache_corrupt] + take_corrupt_reports()
+        if corrupt:
+            metrics[RESULT_CACHE_CORRUPT] = "\n".join(corrupt)
         metrics.update({"round": self.state.round, "clients": sum(u.num_clients for u in updates),
                         "broadcast_seconds": getattr(self, "_broadcast_seconds", 0.0),
                         "local_train_seconds": local_train, "aggregate_seconds": time.perf_counter() - start})
@@ -483,6 +488,7 @@ class ClientPool(Reusable):
                 result.states[k] = {}  # the method cleared it
         if reduce and algorithm.summable and len(result.updates) > 1:
             result.updates = [reduce_updates(group) for group in group_by_architecture(result.updates).values()]
+        result.cache_corrupt = take_corrupt_reports()  # the memos this round read (ClientContext.memo)
         return result
 
     def _train_batched(self, payload: dict, client_ids: list[int], round_index: int, states: Mapping[int, dict],

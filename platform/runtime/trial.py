@@ -15,12 +15,12 @@ import ray
 from algorithms.base import CLIENT_EVALUATION_METRICS, STANDARD_METRICS
 
 from platform.config.experiment import apply_overrides, build_experiment
-from platform.stages.cache import open_cache
+from platform.stages.cache import open_cache, take_corrupt_reports
 from platform.runtime.federation import Federation, SharedData, WarmActors, one_round_stage, share_dataset
 from platform.runtime.placement import current_placement, own_placement
 from platform.runtime.seeding import replicate_over_seeds
-from platform.config.run_schema import (REPORTED_TEST_METRICS, RESULT_ARRAYS, RESULT_CLIENT_PATHS, per_seed_key, seed_std,
-                                        tune_result)
+from platform.config.run_schema import (REPORTED_TEST_METRICS, RESULT_ARRAYS, RESULT_CACHE_CORRUPT, RESULT_CLIENT_PATHS,
+                                        per_seed_key, seed_std, tune_result)
 
 NOT_SUMMARISED = ("round", "clients")
 # Metrics also reported per seed, as ``<metric>/seed_<seed>`` (e.g. ``test_accuracy/seed_3``): the headline figures
@@ -52,7 +52,19 @@ def summarise_seeds(per_seed: list[dict], seeds: list[int] | None = None,
         out[RESULT_ARRAYS] = per_seed[0][RESULT_ARRAYS]
     if per_seed[0].get(RESULT_CLIENT_PATHS):  # how the clients trained (clients.batched), the first seed's
         out[RESULT_CLIENT_PATHS] = per_seed[0][RESULT_CLIENT_PATHS]
+    corrupt = [m[RESULT_CACHE_CORRUPT] for m in per_seed if m.get(RESULT_CACHE_CORRUPT)]  # every seed's actors'
+    if corrupt:
+        out[RESULT_CACHE_CORRUPT] = "\n".join(corrupt)
     return out
+
+
+def with_own_cache_reports(metrics: dict) -> dict:
+    """``metrics`` with the corrupt stage-cache entries this (trial) process found added to the actors' (see
+    ``run_schema.RESULT_CACHE_CORRUPT``): a Ray worker's stderr reaches no console."""
+    own = take_corrupt_reports()
+    if own:
+        metrics[RESULT_CACHE_CORRUPT] = "\n".join([*own, *filter(None, [metrics.get(RESULT_CACHE_CORRUPT)])])
+    return metrics
 
 
 def start_federations(config, seeds: list[int], shared: SharedData | None = None,
@@ -150,8 +162,8 @@ def _run_trial(federations: list[Federation], config, one_round: bool, checkpoin
     from ray import tune  # here, not at the top: platform.run drives federations without Tune
 
     if one_round:
-        tune.report(tune_result(run_one_round(federations, open_cache(cache_root, use_cache), per_seed_metrics),
-                                numeric))
+        tune.report(tune_result(with_own_cache_reports(
+            run_one_round(federations, open_cache(cache_root, use_cache), per_seed_metrics)), numeric))
         return
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -161,7 +173,7 @@ def _run_trial(federations: list[Federation], config, one_round: bool, checkpoin
     for metrics in run_rounds(federations, config.rounds, federations[0].round, per_seed_metrics):
         metrics.pop(RESULT_CLIENT_PATHS, None)  # a line of text per round: platform.run --profile's, not Tune's
         round_index = metrics["round"]
-        metrics = tune_result(metrics, numeric)
+        metrics = tune_result(with_own_cache_reports(metrics), numeric)
         if checkpoint_every and (round_index % checkpoint_every == 0 or round_index == config.rounds):
             with tempfile.TemporaryDirectory() as directory:
                 for i, f in enumerate(federations):

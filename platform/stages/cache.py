@@ -275,6 +275,8 @@ class StageCache:
                 self.store.move_aside(path, path + stamp)
             print(f"warning: stage cache entry {path} is corrupt ({type(err).__name__}: {err}); moved to "
                   f"{path + stamp} and recomputed", file=sys.stderr, flush=True)
+            _CORRUPT.append(f"stage cache entry {path} was corrupt ({type(err).__name__}: {str(err)[:200]}); moved "
+                            f"to {path + stamp} and recomputed")
             self._record(stage, "corrupt", key)
             return None
 
@@ -303,6 +305,18 @@ class StageCache:
         if not self.remote:
             return os.path.join(self.root, *parts)
         return os.path.join(results_home(), "cache-scratch", *parts)
+
+
+# This process's corrupt entries not yet handed on: a trial or an actor reads them with its round's metrics, so the
+# report reaches the driver's console and MLflow, not only this (Ray worker) process's stderr, which no one sees.
+_CORRUPT: list[str] = []
+
+
+def take_corrupt_reports() -> list[str]:
+    """The corrupt-entry lines this process found since the last call (each once), oldest first."""
+    reports = list(_CORRUPT)
+    del _CORRUPT[: len(reports)]
+    return reports
 
 
 def default_cache_root() -> str:

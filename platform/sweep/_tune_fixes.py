@@ -18,6 +18,10 @@ having never run, had no MLflow run (reproduced with plain Tune by killing a cac
 ``tests/integration/test_sweep.py::test_a_trial_handed_a_dead_reused_actor_is_run_again``). The fix: the second
 call for the same trial and exception object is skipped, and a trial whose failure is handled leaves
 ``_resetting_trials``. Applied once per process, only where Tune still has the methods it wraps.
+
+Also: a trial that fails with a config error (:func:`deterministic`) is failed once, not retried. Tune retries
+every failure up to ``search.max_failures``, but the same sampled config fails the same way every time: a retry
+only doubled the tracebacks and the wait. The trial's ``max_failures`` is set to 0 before Tune decides.
 """
 from __future__ import annotations
 
@@ -58,5 +62,35 @@ def apply() -> bool:
 
     TuneController._actor_failed = _actor_failed
     TuneController._trial_task_failure = _trial_task_failure
+    if hasattr(TuneController, "_process_trial_failure"):
+        process_failure = TuneController._process_trial_failure
+
+        @functools.wraps(process_failure)
+        def _process_trial_failure(self, trial, exception):
+            if deterministic(exception):  # the same config fails the same way: fail it once, never retry
+                trial.max_failures = 0
+            return process_failure(self, trial, exception)
+
+        TuneController._process_trial_failure = _process_trial_failure
     _APPLIED = True
     return True
+
+
+def deterministic(exception: BaseException | None) -> bool:
+    """Whether a trial's failure is one a retry would repeat: a :class:`~platform.errors.UserError` (a
+    ``ConfigError`` of the sampled configuration, e.g. ``clients.clients_per_round`` above the sampled
+    ``clients.num_clients``) anywhere in its chain, however Ray wrapped it (``RayTaskError.cause``, ``__cause__``,
+    ``__context__``). A lost node, a killed process or an out-of-memory error is not: those are retried
+    (``search.max_failures``)."""
+    from platform.errors import UserError
+
+    seen, todo = set(), [exception]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, UserError):
+            return True
+        todo.extend([getattr(err, "cause", None), err.__cause__, err.__context__])
+    return False

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from typing import Any, Optional
 
 from ray import tune
 
-from platform.config.run_schema import (METRIC_BEST, METRIC_FINAL, METRIC_ROUNDS_COMPLETED, PARAM_SEEDS, PER_SEED_SEPARATOR,
-                                 RESULT_ARRAYS, STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED,
-                                 STATUS_FAILED, STATUS_RUNNING, TAG_SAMPLED, TAG_SAMPLER_SEED, TAG_SCENARIO,
+from platform.config.run_schema import (METRIC_BEST, METRIC_CACHE_CORRUPT, METRIC_FINAL, METRIC_ROUNDS_COMPLETED,
+                                 PARAM_SEEDS, PER_SEED_SEPARATOR, RESULT_ARRAYS, RESULT_CACHE_CORRUPT,
+                                 STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED,
+                                 STATUS_FAILED, STATUS_RUNNING, TAG_CACHE_CORRUPT, TAG_SAMPLED, TAG_SAMPLER_SEED, TAG_SCENARIO,
                                  TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, TAG_TRIAL_ID,
                                  TAG_TRIAL_NUMBER,
                                  children_filter, diverged, figure, setting_metrics)
@@ -126,6 +128,10 @@ class MlflowSweepCallback(tune.Callback):
                          TAG_SAMPLER_SEED: str(cell["sampler_seed"])})
         name = trial_run_name(params, self.space.parameters, cell.get("values") if cell else None)
         run_id = self.tracker.start_run(name=name, tags=tags, parent_run_id=self.parent_run_id)
+        # held at once: an interrupt (Ctrl-C, SIGTERM) during the writes below still finds it open and closes it
+        self.runs[trial.trial_id] = run_id
+        self.names[trial.trial_id] = name
+        self.open.add(trial.trial_id)
         # A conditional parameter whose ``when`` does not hold was not drawn: its config value is unused, not
         # logged.
         flat = {k: v for k, v in resolved.flat().items() if k in params or k not in self.space.parameters}
@@ -138,9 +144,6 @@ class MlflowSweepCallback(tune.Callback):
                               self.shared.train_coarse_labels)
             except Exception:  # noqa: BLE001 - the trial hits the same error and reports it as its failure
                 pass
-        self.runs[trial.trial_id] = run_id
-        self.names[trial.trial_id] = name
-        self.open.add(trial.trial_id)
         self._say(f"{self._label(trial)} start  " + ", ".join(f"{k}={_short(v)}" for k, v in params.items()))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -148,6 +151,8 @@ class MlflowSweepCallback(tune.Callback):
         if run_id is None:
             return
         step = int(result.get("round", result.get("training_iteration", 0)))
+        if result.get(RESULT_CACHE_CORRUPT):
+            self._cache_corrupt(trial, run_id, result[RESULT_CACHE_CORRUPT], step)
         if step <= self.last.get(trial.trial_id, {}).get("round", 0):
             return  # a resumed trial recomputing rounds it already logged (deterministic: same values)
         metrics = round_metrics(result)
@@ -168,6 +173,18 @@ class MlflowSweepCallback(tune.Callback):
             std = f" ± {figure(metrics[metric + '_std'])}" if metric + "_std" in metrics else ""
             self._say(f"{self._label(trial)} round {step}/{self.total_rounds}  {metric} {figure(value)}{std}")
 
+    def _cache_corrupt(self, trial, run_id: str, report: str, step: int) -> None:
+        """Stage-cache entries the trial (or its actors) found corrupt, moved aside and recomputed: one line each on
+        the console (stderr, also with --quiet), the lines as the run's TAG_CACHE_CORRUPT and their count so far as
+        its METRIC_CACHE_CORRUPT; the trial's results are sound (recomputed)."""
+        lines = [line for line in report.split("\n") if line.strip()]
+        for line in lines:
+            print(f"warning: {self._label(trial)} {line}", file=sys.stderr, flush=True)
+        counts = self.__dict__.setdefault("corrupt_counts", {})  # setdefault: a callback pickled before this existed
+        counts[trial.trial_id] = counts.get(trial.trial_id, 0) + len(lines)
+        self.tracker.set_tag(run_id, TAG_CACHE_CORRUPT, "\n".join(lines)[:4000])
+        self.tracker.log_metrics(run_id, {METRIC_CACHE_CORRUPT: counts[trial.trial_id]}, step=step)
+
     def _round_objectives(self, trial, step: int, metrics: dict) -> None:
         """Multi-objective: track each objective's best so far (``best`` holds a dict per trial) and print them
         all."""
@@ -184,7 +201,7 @@ class MlflowSweepCallback(tune.Callback):
         if shown:
             self._say(f"{self._label(trial)} round {step}/{self.total_rounds}  " + "  ".join(shown))
 
-    def _finish(self, trial, status: str, mlflow_status: str):
+    def _finish(self, trial, status: str, mlflow_status: str, say: bool = True):
         run_id = self.runs.get(trial.trial_id)
         if run_id is None:
             return
@@ -210,7 +227,8 @@ class MlflowSweepCallback(tune.Callback):
                                "status": status, "rounds_completed": last.get("round", 0),
                                "seeds": str(self.space.seeds)})
         final = "".join(f"  {m} {figure(last[m])}" for m in self.space.search.metrics if m in last)
-        self._say(f"{self._label(trial)} {status}{final}")
+        if say:
+            self._say(f"{self._label(trial)} {status}{final}")
         # An ended trial's round figures are in MLflow and the study now: keep only its run's identity, so the
         # callback (and Tune's saved experiment state) grows by a few ids per trial, not by every metric it
         # reported.
@@ -233,7 +251,7 @@ class MlflowSweepCallback(tune.Callback):
                   f"{_last_error_line(trial)}")
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._finish(trial, STATUS_FAILED, "FAILED")
+        self._finish(trial, STATUS_FAILED, "FAILED", say=False)  # one line for a failed trial: the one below
         line = _last_error_line(trial)
         where = _error_log(trial)
         self._say(f"{self._label(trial)} error: {line or 'see its log'}" + (f"  (traceback: {where})" if where else ""))

@@ -130,7 +130,7 @@ def _resolve_resume(args) -> str:
         if key == "name" and given and kept and os.path.isfile(given):
             given = os.path.abspath(given)
         if given in (None, [], False) or given == kept or (key == "name" and kept and given == os.path.splitext(
-                os.path.basename(kept))[0]):
+                os.path.basename(kept))[0]) or (key == "overrides" and _sets_agree(given, kept)):
             setattr(args, key, kept)
             continue
         raise UserError(f"--resume: {flag} {given!r} conflicts with the interrupted sweep's {kept!r}; drop it "
@@ -138,6 +138,18 @@ def _resolve_resume(args) -> str:
     if args.tracking_uri is None:  # the store it wrote to, wherever --resume runs from
         args.tracking_uri = state.get("tracking_uri")
     return resume_dir
+
+
+def _sets_agree(given: list, kept) -> bool:
+    """Whether every ``--set`` given again with ``--resume`` says what the interrupted sweep's own ``--set`` says
+    (parsed, so ``rounds=6`` agrees with ``rounds=6.0``, in any order, and repeating some of them agrees too)."""
+    from platform.config.experiment import parse_overrides
+
+    if not isinstance(kept, list):
+        return False
+    stored = parse_overrides(kept)
+    return all(key in stored and stored[key] == value and isinstance(stored[key], bool) == isinstance(value, bool)
+               for key, value in parse_overrides(given).items())
 
 
 def _stop_on_sigterm() -> None:
@@ -216,10 +228,11 @@ def main(argv=None) -> int:
 
 
 def _check_stores(args) -> str:
-    """Every store the sweep writes, checked before Ray starts and torch is imported, without writing anything (one line
+    """Every store the sweep writes, checked before Ray starts and torch is imported, leaving nothing behind (one line
     naming the option or variable): Tune's storage (a path, s3://bucket/prefix or gs://bucket/prefix; a URI is
-    checked for credentials, endpoint, bucket and write access, a probe object written and deleted), the stage cache,
-    the MLflow store and the Optuna storage. Returns Tune's storage."""
+    checked for credentials, endpoint, bucket and write access, a probe object written and deleted; a local directory,
+    or its nearest existing ancestor, by a probe file created and removed), the stage cache, the MLflow store and the
+    Optuna storage. Returns Tune's storage."""
     from platform.results.tracking import DEFAULT_STORE_FILE, check_tracking_uri
     from platform.stages.storage import check_storage, normalise
     from platform.sweep import optuna_store
@@ -273,6 +286,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     from platform.runtime.placement import check_fits_connected_cluster, trials_at_once
     from platform.config.trials import grid_subset_note
 
+    started_ms = int(time.time() * 1000)  # a child run created from here on is this driver's own
     mode = connect_ray(args.address, args.ray_dashboard)
     _stop_on_sigterm()  # after Ray's start, which installs a SIGTERM handler that aborts the process
     check_fits_connected_cluster(base_config.resources)  # a trial that could never start: one line, nothing written
@@ -340,9 +354,12 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
 
         answer.status = _STATUS_TAGS.get(status, STATUS_FAILED)
         _record_status(_join(storage, experiment), answer.status)
-        orphans = close_orphan_runs(tracker, parent_run_id)
-        if orphans:
-            print(f"closed {orphans} run(s) left RUNNING by an earlier driver that was killed", file=sys.stderr)
+        earlier, own = close_orphan_runs(tracker, parent_run_id, started_since_ms=started_ms)
+        if earlier:
+            print(f"closed {earlier} run(s) left RUNNING by an earlier driver that was killed", file=sys.stderr)
+        if own:  # this driver's own: created as it was interrupted, before the callback held them
+            print(f"closed {own} trial run(s) this sweep was starting when it stopped, as interrupted",
+                  file=sys.stderr)
         tracker.set_tag(parent_run_id, TAG_STATUS, answer.status)
         publish(tracker, parent_run_id, space, answer, args.optuna_url, quiet=args.quiet)
         tracker.end_run(parent_run_id, status)

@@ -19,7 +19,7 @@ import sys
 import warnings
 from typing import Any, Optional
 
-from platform.cli import results_home, sqlite_path
+from platform.cli import probe_write, results_home, sqlite_path
 from platform.config.run_schema import diverged, is_number, setting_metrics
 from platform.errors import UserError
 from platform.results.tracking import sqlite_store_lock
@@ -47,8 +47,13 @@ def check_storage(url: str) -> None:
                         f"postgresql://user@host/db)")
     if sqlite_path(url):
         directory = os.path.dirname(sqlite_path(url))
-        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-            raise UserError(f"--optuna-storage: directory {directory} does not exist or is not writable")
+        if not os.path.isdir(directory):
+            raise UserError(f"--optuna-storage: directory {directory} does not exist; create it or give another "
+                            f"sqlite:///<dir>/optuna.db")
+        reason = probe_write(directory)  # a file really written and removed: os.access says yes to /proc for root
+        if reason:
+            raise UserError(f"--optuna-storage: directory {directory} is not writable (cannot create a file: "
+                            f"{reason}); give a directory this user can write")
 
 
 def dashboard_command(url: str) -> str:

@@ -75,11 +75,18 @@ def test_failed_trial_is_marked_failed(ray_local, tracking_uri, tmp_path, capsys
     assert "Traceback" not in printed and "Trial task failed" not in printed, printed
     errors = [ln for ln in captured.out.splitlines() if "] error: " in ln]
     assert len(errors) == 1 and "(traceback: " in errors[0], captured.out
+    # a config error is deterministic: the trial fails once, not retried (search.max_failures is 1 here), and
+    # its one line is the error (issue 34, item 7)
+    assert "running it again" not in captured.out and "run again after a failure" not in captured.out, captured.out
+    assert [ln for ln in captured.out.splitlines() if ln.startswith("[trial 1/1]")] == [
+        next(ln for ln in captured.out.splitlines() if ln.startswith("[trial 1/1] start")), errors[0]], captured.out
     traceback_file = errors[0].rsplit("(traceback: ", 1)[1].rstrip(")")
     assert "partition.min_share: no Dirichlet draw" in errors[0]
     assert os.path.isfile(traceback_file) and "partition.min_share" in open(traceback_file).read(), traceback_file
     sweep_dir = next(p for p in (tmp_path / "tune").iterdir() if p.name.startswith("broken-"))
     assert "Trial task failed" in (sweep_dir / "tune_driver.log").read_text()
+    (error_file,) = [p for p in sweep_dir.rglob("error.txt")]
+    assert error_file.read_text().count("Failure # ") == 1  # Tune ran the trial once
 
 
 def test_a_long_study_runs_as_several_tune_experiments(ray_local, tracking_uri, tmp_path, capsys):

@@ -1,0 +1,53 @@
+"""A corrupt stage-cache entry read inside a trial (issue 34, item 8): it was reported only in the Ray worker's own
+stderr (a ``.err`` log no one reads). Now the driver's console shows one line naming the entry, and the trial's MLflow
+run carries it (tag ``fedsweep.cache_corrupt``, metric ``cache_corrupt_entries``); the entry is recomputed, the
+trial completes, and no run is left RUNNING. Real Ray, real MLflow (SQLite), a real damaged file."""
+import yaml
+
+from tests.conftest import mlflow_runs
+
+ONE_ROUND = {
+    "description": "one-round FedKP: the client stage is cached",
+    "base": {"dataset": {"name": "digits"}, "partition": {"kind": "iid"}, "model": {"name": "cnn"},
+             "algorithm": {"name": "fedkp"}, "mode": "one_round", "rounds": 1, "seed": 0,
+             "clients": {"num_clients": 4, "clients_per_round": 4, "local_epochs": 1, "batch_size": 32, "lr": 0.05}},
+    "parameters": {"algorithm.bandwidth_scaling": {"grid": [1.0]}},
+    "search": {"searcher": "grid", "num_samples": 1, "seeds": [0], "metric": "val_accuracy", "mode": "max"},
+    "resources": {"cpu": 1},
+}
+
+
+def test_a_corrupt_entry_read_in_a_trial_reaches_the_console_and_mlflow(ray_local, tracking_uri, tmp_path, capsys):
+    from platform.config.run_schema import METRIC_CACHE_CORRUPT, TAG_CACHE_CORRUPT
+    from platform.stages.cache import StageCache
+    from platform.sweep.command import main
+
+    path = tmp_path / "cached.yaml"
+    path.write_text(yaml.safe_dump(ONE_ROUND))
+    cache_dir = tmp_path / "cache"
+    args = [str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune"),
+            "--cache-dir", str(cache_dir)]
+    assert main(args) == 0  # computes the client stage
+    first = capsys.readouterr()
+    assert " was corrupt" not in first.out + first.err
+    (blob,) = (cache_dir / "one_round_clients").glob("*.pt")
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte: the checksum no longer matches
+    blob.write_bytes(bytes(data))
+
+    assert main(args) == 0  # the same stage again: the corrupt entry is found in the trial, moved aside, recomputed
+    second = capsys.readouterr()
+    reports = [ln for ln in second.err.splitlines() if " was corrupt" in ln or " is corrupt" in ln]
+    assert len(reports) == 1, second.err
+    assert reports[0].startswith(f"warning: [trial 1/1] stage cache entry {blob} was corrupt (ValueError: checksum ")
+    assert reports[0].endswith("and recomputed") and f"moved to {blob}.corrupt-" in reports[0], reports[0]
+    cache = StageCache(str(cache_dir))
+    assert cache.count("one_round_clients", "corrupt") == 1 and cache.count("one_round_clients", "computed") == 2
+
+    client, runs = mlflow_runs(tracking_uri, "cached")
+    assert all(r.info.status == "FINISHED" for r in runs) and len(runs) == 4  # two sweeps, a trial each
+    children = sorted((r for r in runs if "mlflow.parentRunId" in r.data.tags), key=lambda r: r.info.start_time)
+    assert TAG_CACHE_CORRUPT not in children[0].data.tags and METRIC_CACHE_CORRUPT not in children[0].data.metrics
+    assert children[1].data.tags[TAG_CACHE_CORRUPT] == reports[0].split("[trial 1/1] ", 1)[1]
+    assert children[1].data.metrics[METRIC_CACHE_CORRUPT] == 1
+    assert children[1].data.tags["status"] == "completed" and children[1].data.metrics["client_stage_cached"] == 0
