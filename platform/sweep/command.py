@@ -400,6 +400,7 @@ def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
 
     if resume_dir:
         parent_run_id = _read_state(resume_dir)["parent_run_id"]
+        tracker.set_tag(parent_run_id, TAG_DRIVER, _driver_id())  # --repair asks this driver, not the dead first one
         tracker.set_tag(parent_run_id, TAG_STATUS, STATUS_RUNNING)
         tracker.client.update_run(parent_run_id, status="RUNNING")
         return parent_run_id
