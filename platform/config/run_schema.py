@@ -17,6 +17,9 @@ TAG_DESCRIPTION = "fedsweep.description"
 TAG_PRESET = "fedsweep.preset"  # on a sweep's parent run: the preset it ran (--preset); absent: the default
 TAG_COMMAND = "fedsweep.command"  # the command line as the user would retype it
 TAG_TRIAL_ID = "fedsweep.trial_id"
+# on a trial's run: its study (scenario cell) and sampled values, hashed; what a trial Tune restores under a new id
+# (the driver was killed before Tune saved the old one) has in common with the run the first driver made for it
+TAG_TRIAL_KEY = "fedsweep.trial_key"
 TAG_SAMPLED = "fedsweep.sampled"  # "key=value, ..." of a trial's sampled parameters
 TAG_GIT_COMMIT = "mlflow.source.git.commit"
 TAG_PARENT_RUN = "mlflow.parentRunId"
