@@ -377,7 +377,6 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         from platform.results.tracking import close_orphan_runs
 
         _SIGTERM.update(held=True, pending=False)  # closing up: a second SIGTERM never leaves a run half-closed
-
         answer.status = _STATUS_TAGS.get(status, STATUS_FAILED)
         _record_status(_join(storage, experiment), answer.status)
         orphans = close_orphan_runs(tracker, parent_run_id)
