@@ -106,8 +106,10 @@ def test_a_trial_restored_under_a_new_id_after_kill_9_keeps_its_run(tmp_path):
     one run per configuration, every round logged once, none left RUNNING."""
     space = {**FAST_SPACE, "parameters": {"clients.lr": {"grid": [0.02, 0.05, 0.1, 0.2]}},
              "base": {**FAST_SPACE["base"], "rounds": 4},
+             # no trial checkpoints: Tune then syncs its experiment state to the storage only at the start (a
+             # checkpoint forces a sync), so the trials it creates later are unknown to --resume: new ids
              "search": {"searcher": "grid", "num_samples": 1, "seeds": [0], "metric": "val_accuracy", "mode": "max",
-                        "checkpoint_every": 2, "max_concurrent_trials": 2}}
+                        "max_concurrent_trials": 2}}
     args = _space(tmp_path, "restored", space)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     _sweep_until(args, "[trial 4/4] start", signal.SIGKILL)
