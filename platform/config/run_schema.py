@@ -19,6 +19,9 @@ TAG_COMMAND = "fedsweep.command"  # the command line as the user would retype it
 TAG_TRIAL_ID = "fedsweep.trial_id"
 TAG_TRIAL_NUMBER = "fedsweep.trial_number"  # "1", "2", ...: the trial's order of start in its study (cell), the
 #                                             last tie-break of platform.results.noise.rank_key
+# on a trial's run: its study (scenario cell) and sampled values, hashed; what a trial Tune restores under a new id
+# (the driver was killed before Tune saved the old one) has in common with the run the first driver made for it
+TAG_TRIAL_KEY = "fedsweep.trial_key"
 TAG_SAMPLED = "fedsweep.sampled"  # "key=value, ..." of a trial's sampled parameters
 TAG_GIT_COMMIT = "mlflow.source.git.commit"
 TAG_PARENT_RUN = "mlflow.parentRunId"

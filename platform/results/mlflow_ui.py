@@ -77,9 +77,26 @@ def publish_sweep_view(client, experiment_id: str, parent_run_id: str, params: l
         raise ValueError(f"the MLflow view of sweep {parent_run_id} is {len(value)} characters, over MLflow's "
                          f"{MAX_EXPERIMENT_TAG_VALUE}-character experiment-tag limit")
     if EXPERIMENT_KIND_TAG not in client.get_experiment(experiment_id).tags:
-        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, ML_EXPERIMENT_KIND)
-    client.set_experiment_tag(experiment_id, SHARED_VIEW_TAG_PREFIX + key, value)
+        set_experiment_tag(client, experiment_id, EXPERIMENT_KIND_TAG, ML_EXPERIMENT_KIND, keep_existing=True)
+    set_experiment_tag(client, experiment_id, SHARED_VIEW_TAG_PREFIX + key, value)
     return key
+
+
+def set_experiment_tag(client, experiment_id: str, key: str, value: str, keep_existing: bool = False,
+                       attempts: int = 5) -> None:
+    """``client.set_experiment_tag``, safe when another process sets the same tag at the same moment (two sweeps of
+    one space ending together): MLflow's SQL store reads the tag, then inserts it, and the slower of two inserts
+    fails ("UNIQUE constraint failed: experiment_tags"). Then the tag is read again: with ``keep_existing`` the
+    other's value stands; else the write is tried again, which now updates the row."""
+    for attempt in range(attempts):
+        try:
+            client.set_experiment_tag(experiment_id, key, value)
+            return
+        except Exception as err:  # noqa: BLE001 - MlflowException or the driver's IntegrityError, by its message
+            if "unique" not in str(err).lower() or attempt == attempts - 1:
+                raise
+        if keep_existing and key in client.get_experiment(experiment_id).tags:
+            return
 
 
 def deep_link(ui_url: str, experiment_id: str, key: str) -> str:

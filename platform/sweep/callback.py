@@ -16,7 +16,7 @@ from platform.config.run_schema import (METRIC_BEST, METRIC_CACHE_CORRUPT, METRI
                                  STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED,
                                  STATUS_FAILED, STATUS_RUNNING, TAG_CACHE_CORRUPT, TAG_SAMPLED, TAG_SAMPLER_SEED, TAG_SCENARIO,
                                  TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, TAG_TRIAL_ID,
-                                 TAG_TRIAL_NUMBER,
+                                 TAG_TRIAL_KEY, TAG_TRIAL_NUMBER,
                                  children_filter, diverged, figure, setting_metrics)
 from platform.results.tracking import Tracker, _short, log_arrays, log_partition, round_metrics, trial_run_name
 
@@ -86,15 +86,35 @@ class MlflowSweepCallback(tune.Callback):
         config = trial.config or {}
         return dict(config.get("params", config))
 
-    def _adopt_existing_run(self, trial) -> bool:
+    def trial_key(self, trial) -> str:
+        """What stays the same when Tune restores a trial under a new id: its scenario cell and sampled values."""
+        import hashlib
+        import json
+
+        cell = getattr(self, "cell", None)  # getattr: a callback pickled before cells existed (--resume)
+        text = json.dumps([cell["label"] if cell else "", self.trial_params(trial)], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    def _adopt_existing_run(self, trial, trials=()) -> bool:
         """A child run this sweep already made for ``trial`` that the restored state does not know (the driver
         died after creating it, before Tune saved its state): the trial continues it, from its last logged round,
-        instead of getting a second run. False when there is none."""
+        instead of getting a second run. Found by the trial's id, else (Tune restored the trial under a new id: it
+        had not saved the old one) by its key (:meth:`trial_key`) among the runs no other trial holds: neither a
+        run of this callback nor one tagged with the id of a trial Tune knows. False when there is none."""
+        children = children_filter(self.parent_run_id)
         found = self.tracker.client.search_runs(
             [self.tracker.experiment_id], max_results=1,
-            filter_string=f"{children_filter(self.parent_run_id)} and tags.`{TAG_TRIAL_ID}` = '{trial.trial_id}'")
+            filter_string=f"{children} and tags.`{TAG_TRIAL_ID}` = '{trial.trial_id}'")
         if not found:
-            return False
+            held = set(self.runs.values())
+            known = {t.trial_id for t in trials or ()} - {trial.trial_id}
+            found = [run for run in self.tracker.client.search_runs(
+                [self.tracker.experiment_id], max_results=10000, order_by=["attributes.start_time ASC"],
+                filter_string=f"{children} and tags.`{TAG_TRIAL_KEY}` = '{self.trial_key(trial)}'")
+                if run.info.run_id not in held and run.data.tags.get(TAG_TRIAL_ID) not in known]
+            if not found:
+                return False
+            self.tracker.set_tag(found[0].info.run_id, TAG_TRIAL_ID, trial.trial_id)  # the id it continues under
         run = found[0]
         self.runs[trial.trial_id], self.names[trial.trial_id] = run.info.run_id, run.info.run_name
         self.numbers[trial.trial_id] = len(self.numbers) + 1
@@ -108,9 +128,15 @@ class MlflowSweepCallback(tune.Callback):
         logged = max((m.step for m in history), default=0)
         if logged > self.last.get(trial_id, {}).get("round", 0):
             self.last[trial_id] = {**self.last.get(trial_id, {}), "round": logged}
+        if history and not self.space.search.multi_objective:  # the rounds it will not report again count too
+            rounds = self.history.setdefault(trial_id, {})
+            for metric in history:
+                rounds.setdefault(metric.step, metric.value)
+            pick = max if self.space.search.mode == "max" else min
+            self.best[trial_id] = pick(rounds.values())
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        if trial.trial_id in self.runs or self._adopt_existing_run(trial):  # a resumed trial: reopen its run
+        if trial.trial_id in self.runs or self._adopt_existing_run(trial, trials):  # a resumed trial: reopen its run
             self._catch_up(trial.trial_id)
             self.tracker.client.update_run(self.runs[trial.trial_id], status="RUNNING")
             self.tracker.set_tag(self.runs[trial.trial_id], TAG_STATUS, STATUS_RUNNING)
@@ -119,8 +145,8 @@ class MlflowSweepCallback(tune.Callback):
         self.numbers[trial.trial_id] = len(self.numbers) + 1
         params = self.trial_params(trial)
         resolved = self.space.trial_config(params)
-        tags = {TAG_STATUS: STATUS_RUNNING, TAG_TRIAL_ID: trial.trial_id, TAG_SEARCH_SPACE: self.space.name,
-                TAG_TRIAL_NUMBER: str(self.numbers[trial.trial_id]),
+        tags = {TAG_STATUS: STATUS_RUNNING, TAG_TRIAL_ID: trial.trial_id, TAG_TRIAL_KEY: self.trial_key(trial),
+                TAG_SEARCH_SPACE: self.space.name, TAG_TRIAL_NUMBER: str(self.numbers[trial.trial_id]),
                 TAG_SAMPLED: ", ".join(f"{k}={_short(v)}" for k, v in params.items())}
         cell = getattr(self, "cell", None)  # getattr: a callback pickled before cells existed (--resume)
         if cell:

@@ -19,7 +19,7 @@ from platform.config.run_schema import (ARTIFACT_SCENARIO_FRONTS_CSV, ARTIFACT_S
                                         METRIC_BEST, METRIC_BEST_TRIAL, METRIC_CELL_PREFIX, METRIC_PARETO_SIZE,
                                         STATUS_INTERRUPTED, TAG_BEST_PREFIX)
 from platform.sweep.pareto import _front_rows, _json_value, objective_value, pareto_front
-from platform.sweep.state import _join, _read_state, _resume_command, _start_state, _write_state
+from platform.sweep.state import _join, _read_state, _resume_command, _write_state
 from platform.sweep.study import (_REPORTED, _expected_trials, _fit_study, _pin_public_image, _ranked_results,
                                   _trainable, lead_of, log_ranks, rank_results)
 
@@ -54,10 +54,22 @@ def _same_data(shared, config) -> bool:
             and shared.val_fraction == config.server.val_fraction)
 
 
-def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resume_dir, cache, experiment,
+def _first_state(experiment: str, space) -> dict:
+    """What a new sweep's STATE_FILE holds beyond the parent run (platform.sweep.state._start_state): with scenarios,
+    its cells, the cells done (none yet) and each cell's study name; nothing without."""
+    from platform.config.search_space import cell_label
+
+    if not space.scenarios:
+        return {}
+    cells = space.cells()
+    return {"scenarios": [cell_label(c) for c in cells], "cells_done": {}, "studies": study_names(experiment, cells)}
+
+
+def _run_cells(args, space, storage, tracker, parent_run_id, sweep_dir, cache, experiment,
                answer) -> str:
     """Run every scenario cell's study in turn (skipping, on --resume, the cells that finished), then report one
-    best trial (or Pareto front) per cell. Returns the parent run's status."""
+    best trial (or Pareto front) per cell. ``sweep_dir``: the sweep's directory, its STATE_FILE written (by the
+    command, with :func:`_first_state`, or by the run --resume continues). Returns the parent run's status."""
     from platform.sweep.optuna_store import StudyRecorder  # deferred: start-up time
     from platform.config.search_space import cell_label
     from platform.config.trials import grid_subset_note
@@ -67,16 +79,9 @@ def _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resum
     from platform.results.tracking import log_patch_samples
 
     cells = space.cells()
-    if resume_dir:
-        sweep_dir = resume_dir
-        state = _read_state(sweep_dir)
-        # a sweep from before the studies were named by their cells: the names it started with
-        studies = state.get("studies") or [f"{experiment}/{_cell_dir_name(i)}" for i in range(len(cells))]
-    else:
-        sweep_dir = _join(storage, experiment)
-        studies = study_names(experiment, cells)
-        state = _start_state(sweep_dir, parent_run_id, tracking_uri, space, args.invocation,
-                             scenarios=[cell_label(c) for c in cells], cells_done={}, studies=studies)
+    state = _read_state(sweep_dir)
+    # a sweep from before the studies were named by their cells: the names it started with
+    studies = state.get("studies") or [f"{experiment}/{_cell_dir_name(i)}" for i in range(len(cells))]
     done = state.setdefault("cells_done", {})
     log = (lambda *a, **k: None) if args.quiet else print
     rows: list[dict] = answer.cells

@@ -30,7 +30,7 @@ from platform.config.run_schema import (PARAM_BASE, PARAM_SCENARIO, PARAM_SEARCH
                                         STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND,
                                         TAG_DESCRIPTION, TAG_DRIVER, TAG_GIT_COMMIT, TAG_NOTE, TAG_OPTUNA_STORAGE,
                                         TAG_PRESET, TAG_SEARCH_SPACE, TAG_STATUS)
-from platform.sweep.cells import _run_cells
+from platform.sweep.cells import _first_state, _run_cells
 from platform.sweep.state import (_INVOCATION_FLAGS, STATE_FILE, _check_resumable, _default_storage, _driver_id,
                                   _experiment_name, _invocation, _join, _latest_unfinished, _read_state,
                                   _record_status, _repair, _resume_command, _start_state)
@@ -152,17 +152,42 @@ def _sets_agree(given: list, kept) -> bool:
                for key, value in parse_overrides(given).items())
 
 
+_SIGTERM = {"held": False, "pending": False}
+
+
+def _on_sigterm(signum, frame):
+    if _SIGTERM["held"]:  # Ray starting, or the parent run being created: ended once that is done
+        _SIGTERM["pending"] = True
+        return
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _stop_on_sigterm() -> None:
     """SIGTERM (a scheduler, ``kill``, a container stop) ends the sweep as Ctrl-C does: the open runs are closed as
-    interrupted and the resume hint printed, instead of an abort that leaves them RUNNING."""
+    interrupted and the resume hint printed, instead of an abort that leaves them RUNNING. Installed again after
+    anything that replaces it (``ray.init`` on the main thread sets a handler that exits at once)."""
     import signal
     import threading
 
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, interrupt)
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _hold_sigterm() -> None:
+    """From here until :func:`_release_sigterm`, a SIGTERM waits: Ray's start (a SystemExit in the middle of it
+    aborted the process with Ray's C++ stack dump, exit 134) and the parent run's creation (an interrupt between the
+    run's creation and the ``try`` that closes it left it RUNNING, with no resume line) are not cut in two."""
+    _stop_on_sigterm()
+    _SIGTERM["held"] = True
+
+
+def _release_sigterm() -> None:
+    """End the hold of :func:`_hold_sigterm`; a SIGTERM that came meanwhile is raised now, as KeyboardInterrupt."""
+    _stop_on_sigterm()  # ray.init on the main thread (joining a cluster) replaced it
+    _SIGTERM["held"] = False
+    if _SIGTERM["pending"]:
+        _SIGTERM["pending"] = False
+        raise KeyboardInterrupt("SIGTERM")
 
 
 @main_wrapper
@@ -213,6 +238,7 @@ def main(argv=None) -> int:
         return _plan(args, space, base_config)
     if argv is None:  # this process is the command, every input checked: a new local Ray starts in the background
         quiet_libraries()  # while the parent run and the study are prepared
+        _hold_sigterm()  # a SIGTERM from here on ends the sweep once Ray is up (_run), never half-way through its start
         start_ray_early(args.address, args.ray_dashboard)
     space = _pin_public_image(space, base_config)
     if resume_dir:
@@ -287,17 +313,31 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     from platform.config.trials import grid_subset_note
 
     started_ms = int(time.time() * 1000)  # a child run created from here on is this driver's own
-    mode = connect_ray(args.address, args.ray_dashboard)
-    _stop_on_sigterm()  # after Ray's start, which installs a SIGTERM handler that aborts the process
+    _hold_sigterm()  # main() holds it already; _run called on its own too
+    try:
+        mode = connect_ray(args.address, args.ray_dashboard)
+    except BaseException:
+        _SIGTERM.update(held=False, pending=False)
+        raise
+    _release_sigterm()  # a SIGTERM while Ray started ends the sweep here: nothing written yet (exit 130)
     check_fits_connected_cluster(base_config.resources)  # a trial that could never start: one line, nothing written
     tracker = Tracker(tracking_uri, space.name)
     # The Tune experiment (one directory per sweep, a sub-directory per scenario cell) names the Optuna study too.
     experiment = os.path.basename(resume_dir) if resume_dir else _experiment_name(space.name)
-    parent_run_id = _open_parent_run(tracker, args, space, base_config, resume_dir)
+    _hold_sigterm()  # the parent run and its resume state are written whole, then closed by the try's finally
+    try:
+        parent_run_id = _open_parent_run(tracker, args, space, base_config, resume_dir)
+    except BaseException:
+        _SIGTERM.update(held=False, pending=False)
+        raise
     status = "FAILED"
     callback = None
     answer = SweepAnswer()
     try:
+        if not resume_dir:  # the experiment directory records the parent run, for --resume (and the resume line)
+            _start_state(_join(storage, experiment), parent_run_id, tracking_uri, space, args.invocation,
+                         **_first_state(experiment, space))
+        _release_sigterm()  # a SIGTERM meanwhile: interrupted here, the parent closed and the resume line printed
         _tune_fixes.apply()  # a trial handed a dead reused actor is run again (platform/sweep/_tune_fixes.py)
         objectives = ", ".join(f"{m} ({d})" for m, d in space.search.objectives)
         selecting = f"Pareto front of {objectives}" if space.search.multi_objective else f"selecting on {objectives}"
@@ -317,8 +357,8 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         expected_trials = _expected_trials(space)
         cache = open_cache(args.cache_dir, not args.no_cache)
         if space.scenarios:
-            status = _run_cells(args, space, storage, tracker, parent_run_id, tracking_uri, resume_dir, cache,
-                                experiment, answer)
+            status = _run_cells(args, space, storage, tracker, parent_run_id, resume_dir or _join(storage, experiment),
+                                cache, experiment, answer)
             return {"FINISHED": 0, "KILLED": 130}.get(status, 1)
         shared = share_dataset(base_config, cache=cache)  # into the object store once, for every trial
         log_patch_samples(tracker, parent_run_id, shared)  # public.source image: public/patches.png
@@ -332,8 +372,6 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
                                        study=StudyRecorder(args.optuna_url, experiment, space.search.objectives,
                                                            space.parameters))
         trainable = _trainable(space, base_config, shared, args)
-        if not resume_dir:  # the experiment directory records the parent run, for --resume
-            _start_state(_join(storage, experiment), parent_run_id, tracking_uri, space, args.invocation)
         results, callback = _fit_study(trainable, space, base_config, storage, experiment, callback, log=print)
         if results is None:
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
@@ -352,6 +390,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     finally:
         from platform.results.tracking import close_orphan_runs
 
+        _SIGTERM.update(held=True, pending=False)  # closing up: a second SIGTERM never leaves a run half-closed
         answer.status = _STATUS_TAGS.get(status, STATUS_FAILED)
         _record_status(_join(storage, experiment), answer.status)
         earlier, own = close_orphan_runs(tracker, parent_run_id, started_since_ms=started_ms)
@@ -363,6 +402,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         tracker.set_tag(parent_run_id, TAG_STATUS, answer.status)
         publish(tracker, parent_run_id, space, answer, args.optuna_url, quiet=args.quiet)
         tracker.end_run(parent_run_id, status)
+        _SIGTERM.update(held=False, pending=False)
     return {"FINISHED": 0, "KILLED": 130}.get(status, 1)
 
 
@@ -376,6 +416,7 @@ def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
 
     if resume_dir:
         parent_run_id = _read_state(resume_dir)["parent_run_id"]
+        tracker.set_tag(parent_run_id, TAG_DRIVER, _driver_id())  # --repair asks this driver, not the dead first one
         tracker.set_tag(parent_run_id, TAG_STATUS, STATUS_RUNNING)
         tracker.client.update_run(parent_run_id, status="RUNNING")
         return parent_run_id

@@ -111,3 +111,47 @@ def test_the_callback_keeps_only_ids_of_ended_trials(tmp_path):
     assert callback.history == {} and callback.best == {}
     assert all(entry == {"round": 3} for entry in callback.last.values())
     assert sizes[-1] - sizes[9] < 10 * 400  # a few hundred bytes of ids per ended trial, whatever it reported
+
+
+def test_a_trial_restored_under_a_new_id_continues_the_run_made_for_it(tmp_path):
+    """Issue 34 item 3, the callback's part on a real SQLite MLflow store: a driver creates runs for two trials and
+    dies (its callback state is lost, as when Tune had not saved it); the next driver's Tune restores them under new
+    ids. Each continues the run made for its configuration (round 1 not logged twice), the run's trial id becomes the
+    new one, and a third trial of the same configuration, which the first driver never started, gets a run of its
+    own. Runs a trial Tune knows by id are never taken."""
+    from mlflow.tracking import MlflowClient
+
+    from platform.config.search_space import load_search_space
+    from platform.sweep.callback import MlflowSweepCallback
+    from platform.results.tracking import Tracker
+
+    space = load_search_space("smoke", {}, None)
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "smoke")
+    parent = tracker.start_run("sweep", {})
+
+    def trial(trial_id, lr):
+        return SimpleNamespace(trial_id=trial_id, config={"params": {"algorithm.name": "fedavg", "clients.lr": lr}},
+                               error_file=None)
+
+    first = MlflowSweepCallback(tracker, parent, space, total_rounds=2, num_samples=3, quiet=True)
+    for old in (trial("a_1", 0.1), trial("a_2", 0.2)):
+        first.on_trial_start(0, [], old)
+        first.on_trial_result(0, [], old, {"round": 1, "val_accuracy": 0.5})
+    known = trial("a_9", 0.2)  # a trial of the same configuration that Tune knows by id: its run is its own
+    first.on_trial_start(0, [], known)
+    orphans = {first.runs["a_1"], first.runs["a_2"]}
+    second = MlflowSweepCallback(Tracker(tracker.uri, "smoke"), parent, space, total_rounds=2, num_samples=3,
+                                 quiet=True)
+    restored = [trial("b_1", 0.1), trial("b_2", 0.2), trial("b_3", 0.2)]
+    for new in restored:
+        second.on_trial_start(0, [*restored, known], new)
+        for step in (1, 2):
+            second.on_trial_result(0, [], new, {"round": step, "val_accuracy": 0.5 + step / 10})
+        second.on_trial_complete(0, [], new)
+    assert {second.runs["b_1"], second.runs["b_2"]} == orphans
+    assert second.runs["b_3"] not in orphans | {first.runs["a_9"]}
+    client = MlflowClient(tracker.uri)
+    for trial_id in ("b_1", "b_2", "b_3"):
+        run = client.get_run(second.runs[trial_id])
+        assert run.data.tags["fedsweep.trial_id"] == trial_id and run.data.tags["status"] == "completed"
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "val_accuracy")] == [1, 2]
