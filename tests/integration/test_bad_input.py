@@ -46,7 +46,7 @@ CASES = {
     "single image K > pool": (["platform.sweep", "single_image_pruning", "--set", "algorithm.kmeans_k=5001"],
                               "algorithm.kmeans_k: K = 5001 clusters is more than the pool of 5000 crops"),
     "single image pool larger than the photo": (["platform.run", "single_image_pruning", "--set",
-                                                 "public.size=300000"], "public.size"),
+                                                 "public.size=1000000"], "public.size"),
     "mnfl rho < 0": (["platform.run", "smoke", *MNFL, "--set", "algorithm.rho=-1"], "algorithm.rho: must be >= 0"),
     "mnfl distill_passes < 1": (["platform.run", "smoke", *MNFL, "--set", "algorithm.distill_passes=0"],
                                 "algorithm.distill_passes: must be >= 1"),
