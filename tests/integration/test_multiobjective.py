@@ -122,6 +122,7 @@ def test_fedaux_dp_epsilon_infinity_is_the_non_private_end_not_a_divergence(ray_
     space["base"].update(rounds=1)
     space["base"]["clients"].update(num_clients=8, clients_per_round=4, local_epochs=1)
     space["base"]["algorithm"].update(distill_epochs=1)
+    space["base"]["partition"].update(alpha=0.01)  # the setting (seeded) whose one round puts ε = ∞ on the front
     space["parameters"] = {"algorithm.epsilon": {"grid": [0.4, math.inf]}}
     space["search"].update(seeds=[0, 1])
     path = tmp_path / "fedaux_dp_inf.yaml"
