@@ -320,11 +320,3 @@ def claim_verdict(results: dict, ours: str, other: str, claim: str, key: str = "
     p = f", Welch p = {lead.p:.2g}" if lead.p is not None else ""
     return f"{claim}: {ours} − {other} = {lead.lead:+.4f}{se}{p} ({key}) -> {word}"
 
-
-def order_holds(results: dict, labels: Sequence[str]) -> str:
-    """'A >= B >= C on mean final validation accuracy: holds' (or 'does NOT hold') for the arms ``labels``."""
-    import numpy as np
-
-    means = [np.mean(results[k]["final_val"]) for k in labels]
-    holds = all(a >= b for a, b in zip(means, means[1:]))
-    return f"{' >= '.join(labels)} on mean final validation accuracy: {'holds' if holds else 'does NOT hold'}"

@@ -18,7 +18,7 @@ import sys
 from platform.config.run_schema import (ARTIFACT_SCENARIO_FRONTS_CSV, ARTIFACT_SCENARIOS_CSV, ARTIFACT_SCENARIOS_JSON,
                                         METRIC_BEST, METRIC_BEST_TRIAL, METRIC_CELL_PREFIX, METRIC_PARETO_SIZE,
                                         STATUS_INTERRUPTED, TAG_BEST_PREFIX)
-from platform.sweep.pareto import _front_rows, _json_value, objective_value, pareto_front
+from platform.sweep.pareto import _front_rows, _json_value, log_front_ranks, objective_value, pareto_order
 from platform.sweep.state import _join, _read_state, _resume_command, _write_state
 from platform.sweep.study import (_REPORTED, _expected_trials, _fit_study, _pin_public_image, _ranked_results,
                                   _trainable, lead_of, log_ranks, rank_results)
@@ -143,7 +143,9 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
     if search.multi_objective:
         complete = [r for r in _front_rows(grid, cell_space, callback)
                     if all(objective_value(r, m) is not None for m, _ in search.objectives)]
-        front = pareto_front(complete, search.objectives) if complete else []
+        layers = pareto_order(complete, search.objectives)
+        log_front_ranks(layers, callback.tracker)
+        front = layers[0] if layers else []
         row.update({"trials_finished": len(complete), "pareto_size": len(front), "front": front,
                     **{f"{METRIC_BEST}{m}": (max if d == "max" else min)(objective_value(r, m) for r in complete)
                        for m, d in search.objectives if complete},

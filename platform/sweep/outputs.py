@@ -170,8 +170,10 @@ def _safely(what: str, work):
 
 
 def ranked(answer: SweepAnswer) -> bool:
-    """Whether the sweep ranked its trials (logged ``rank`` on their runs): a best was named, or a cell's best."""
-    return answer.best is not None or any(row.get("best_run_id") for row in answer.cells)
+    """Whether the sweep ranked its trials (logged ``rank`` on their runs): a best was named, a Pareto front, or a
+    cell's best or front."""
+    return (answer.best is not None or bool(answer.front)
+            or any(row.get("best_run_id") or row.get("front") for row in answer.cells))
 
 
 def _publish_view(tracker, parent_run_id: str, space, by_rank: bool) -> str:

@@ -13,7 +13,7 @@ import sys
 from typing import Optional, Sequence
 
 from platform.config.run_schema import (ARTIFACT_PARETO_CSV, ARTIFACT_PARETO_JSON, ARTIFACT_PARETO_PNG, METRIC_BEST,
-                                        INFINITY, METRIC_PARETO_SIZE, figure)
+                                        INFINITY, METRIC_PARETO_SIZE, METRIC_RANK, figure)
 
 
 def objective_value(row: dict, metric: str) -> Optional[float]:
@@ -59,6 +59,36 @@ def pareto_front(rows: list[dict], objectives: list[tuple[str, str]]) -> list[di
     return [row for row, values in points if not any(dominates(other, values, modes) for _, other in points)]
 
 
+def pareto_order(rows: list[dict], objectives: list[tuple[str, str]]) -> list[list[dict]]:
+    """The complete rows best first, as layers: the Pareto front, then the front of what is left, and so on
+    (non-dominated sorting). Within a layer, the one order of :mod:`platform.results.noise` on the first objective
+    (its mean, then the smaller std over seeds, then the earlier trial, ``row["number"]``), so the console, the
+    front's tables and the MLflow view (the ``rank`` metric) list the same rows in the same order."""
+    from platform.results.noise import rank
+
+    metric, mode = objectives[0]
+    left = [r for r in rows if all(objective_value(r, m) is not None for m, _ in objectives)]
+    layers = []
+    while left:
+        layer = pareto_front(left, objectives)
+        chosen = {id(r) for r in layer}
+        left = [r for r in left if id(r) not in chosen]
+        layers.append(rank(layer, lambda r: objective_value(r, metric), lambda r: r.get(f"{metric}_std"),
+                           lambda r: r.get("number"), mode))
+    return layers
+
+
+def log_front_ranks(layers: list[list[dict]], tracker) -> None:
+    """Each ranked row's place (1: the first of the front) as the metric ``rank`` on its child run: the MLflow view
+    sorts by it (:func:`platform.sweep.outputs.publish`)."""
+    place = 0
+    for layer in layers:
+        for row in layer:
+            place += 1
+            if row.get("run_id"):
+                tracker.log_metrics(row["run_id"], {METRIC_RANK: place})
+
+
 def _json_value(value):
     """JSON has no inf/NaN: write them as strings ("inf", "-inf", "nan")."""
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
@@ -80,8 +110,9 @@ def _front_rows(grid, space, callback) -> list[dict]:
             continue
         trial_id = result.metrics.get("trial_id")
         number = callback.numbers.get(trial_id) if callback is not None else None
-        row = {"trial": f"trial-{number:03d}" if number else str(trial_id), "run_id": (callback.runs.get(trial_id)
-               if callback is not None else None), "round": result.metrics.get("round")}
+        row = {"trial": f"trial-{number:03d}" if number else str(trial_id), "number": number,
+               "run_id": callback.runs.get(trial_id) if callback is not None else None,
+               "round": result.metrics.get("round")}
         if callback is not None and callback.names.get(trial_id):
             row["name"] = callback.names[trial_id]
         for metric in space.search.metrics:
@@ -99,7 +130,7 @@ def _front_csv(front: list[dict]) -> str:
 
     params = list(dict.fromkeys(k for row in front for k in row["params"]))
     values = list(dict.fromkeys(k for row in front for k in row
-                                if k not in ("trial", "name", "run_id", "round", "params")))
+                                if k not in ("trial", "number", "name", "run_id", "round", "params")))
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["trial", "name", "run_id", "round", *values, *params])
@@ -169,8 +200,10 @@ def _report_pareto(grid, space, tracker, parent_run_id, callback, answer) -> str
         print(f"no trial finished with {', '.join(space.search.metrics)} ({failed} failed); see the child runs in "
               f"MLflow", file=sys.stderr)
         return "FAILED"
-    front = pareto_front(complete, objectives)
+    layers = pareto_order(complete, objectives)
+    front = layers[0]
     answer.front = front
+    log_front_ranks(layers, tracker)
     best = {f"{METRIC_BEST}{m}": (max if d == "max" else min)(objective_value(r, m) for r in complete)
             for m, d in objectives}
     tracker.log_metrics(parent_run_id, {METRIC_PARETO_SIZE: len(front), **best, "trials_completed": len(complete),
@@ -185,7 +218,8 @@ def _report_pareto(grid, space, tracker, parent_run_id, callback, answer) -> str
     except Exception as err:  # noqa: BLE001 - the table is the result; a plot failure must not fail the sweep
         print(f"warning: could not plot the Pareto front: {err}", file=sys.stderr)
     names = ", ".join(f"{m} ({d})" for m, d in objectives)
-    print(f"\nPareto front of {len(complete)} trial(s) ({failed} failed): {len(front)} non-dominated on {names}")
+    print(f"\nPareto front of {len(complete)} trial(s) ({failed} failed): {len(front)} non-dominated on {names}, "
+          f"by {objectives[0][0]} (the MLflow view's order)")
     for row in front:
         values = "  ".join(f"{m} {figure(row[m])}" for m, _ in objectives)
         params = ", ".join(f"{k}={v}" for k, v in row["params"].items()) or "(the base config)"

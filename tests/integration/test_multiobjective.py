@@ -78,6 +78,12 @@ def test_grid_multiobjective_logs_the_pareto_front(ray_local, tracking_uri, tmp_
         assert math.isclose(row["train_loss"], finals[row["run_id"]][1])
         assert float(child.data.params["clients.lr"]) == row["params"]["clients.lr"] and row["round"] == 2
         assert "best_val_accuracy" in child.data.metrics and "best_train_loss" in child.data.metrics
+    # every trial ranked, the front first in the console's order (the MLflow view sorts by rank)
+    assert [row["run_id"] for row in front] == [c.info.run_id for c in sorted(children, key=lambda c: c.data.metrics[
+        "rank"])][:len(front)]
+    assert sorted(c.data.metrics["rank"] for c in children) == [1, 2, 3]
+    printed = [float(line.split()[1]) for line in lines]
+    assert printed == sorted(printed, reverse=True)  # the front by val_accuracy, its first objective
 
 
 def test_tpe_multiobjective_runs(ray_local, tracking_uri, tmp_path, capsys):

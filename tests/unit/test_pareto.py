@@ -78,3 +78,24 @@ def test_dominates_and_bad_objectives():
         pareto_front([{"x": 1}], [])
     with pytest.raises(ValueError):
         pareto_front([{"x": 1}], [("x", "up")])
+
+
+def test_pareto_order_is_layers_each_in_the_one_rank_order():
+    from platform.sweep.pareto import pareto_order
+
+    rows = [
+        {"name": "b", "number": 2, "acc": 0.80, "eps": 1.0},
+        {"name": "a", "number": 1, "acc": 0.90, "eps": 8.0},
+        {"name": "d", "number": 4, "acc": 0.75, "eps": 1.0},   # dominated by b only: second layer
+        {"name": "e", "number": 5, "acc": 0.60, "eps": 9.0},   # dominated by d too: third layer
+        {"name": "c", "number": 3, "acc": 0.70, "eps": 0.5},
+        {"name": "c2", "number": 6, "acc": 0.70, "eps": 0.5, "acc_std": 0.01},  # c's point, a larger std: after c
+        {"name": "z", "number": 7, "acc": None, "eps": 0.1},  # missing an objective: unranked
+    ]
+    layers = pareto_order(rows, [("acc", "max"), ("eps", "min")])
+    assert [names(layer) for layer in layers] == [["a", "b", "c", "c2"], ["d"], ["e"]]
+    # within a layer: the first objective's mean, then the smaller std, then the earlier trial
+    tied = [{"name": "late", "number": 9, "acc": 0.5, "eps": 1.0}, {"name": "early", "number": 2, "acc": 0.5,
+                                                                     "eps": 1.0}]
+    assert names(pareto_order(tied, [("acc", "max"), ("eps", "min")])[0]) == ["early", "late"]
+    assert pareto_order([], [("acc", "max")]) == []
