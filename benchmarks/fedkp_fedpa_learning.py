@@ -1,6 +1,7 @@
 """FedKP_cm and FedPA against FedAvg on the thesis's MNIST setup, scaled to embedded digits (spec/fedkp_fedpa.md §11).
 
     python -m benchmarks.fedkp_fedpa_learning [--seeds 0,1,2,3,4] [--rounds 50] [--alpha 0.1] [--arms ...] [--json]
+    python -m benchmarks.fedkp_fedpa_learning --base fedpa_shrinkage_burnin --arms FedAvg,FedPA
 
 The setup is Table 4.1's MNIST column (spec §8.1, §11.3): 100 clients, 20 sampled per round, E = 5 local epochs of
 batch 16, client SGD with momentum 0.9, 50 rounds, LDA(α) label skew (§7.1–7.2: every client the same number of
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Optional
 
 import numpy as np
 
@@ -52,14 +54,31 @@ def base_config(rounds: int, alpha: float, clients: int = 100, per_round: int = 
             "server": {"lr": 1.0, "momentum": 0.0}, "rounds": rounds, "seed": 0}
 
 
-def configs(rounds: int, alpha: float, arms, clients: int = 100, per_round: int = 20) -> dict:
+def sweep_base(rounds: int, alpha: float, clients: Optional[int], per_round: Optional[int]) -> dict:
+    """The ``fedpa_shrinkage_burnin`` sweep's own base (20 clients, 10 a round, client lr 0.01, server lr 0.5, ρ 0.1,
+    B 25), with the scenario's α and rounds (and ``clients`` / ``per_round`` where given)."""
+    from platform.config.experiment import apply_overrides
+    from platform.config.search_space import load_search_space
+
+    sets = {"rounds": rounds, "partition.alpha": alpha}
+    sets.update({"clients.num_clients": clients} if clients else {})
+    sets.update({"clients.clients_per_round": per_round} if per_round else {})
+    return apply_overrides(load_search_space("fedpa_shrinkage_burnin").base, sets)
+
+
+def configs(rounds: int, alpha: float, arms, clients: Optional[int] = None, per_round: Optional[int] = None,
+            base: str = "thesis") -> dict:
+    """label -> ExperimentConfig of each arm, on ``base``: ``thesis`` (Table 4.1's MNIST column scaled, 100 clients
+    unless ``clients``) or ``fedpa_shrinkage_burnin`` (that sweep's base)."""
     from platform.config.experiment import build_experiment
 
     out = {}
     for label in arms:
-        data = base_config(rounds, alpha, clients, per_round)
+        data = (sweep_base(rounds, alpha, clients, per_round) if base == "fedpa_shrinkage_burnin"
+                else base_config(rounds, alpha, clients or 100, per_round or 20))
         for section, values in ARMS[label].items():
-            data[section] = {**data.get(section, {}), **values}
+            same_method = section != "algorithm" or values.get("name") == data.get(section, {}).get("name")
+            data[section] = {**data.get(section, {}), **values} if same_method else dict(values)
         out[label] = build_experiment(data)
     return out
 
@@ -97,10 +116,12 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=50, help=f"rounds (> the FedPA burn-in, {BURNIN})")
     parser.add_argument("--alpha", type=float, default=0.1, help="LDA concentration α (the scenario)")
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS), help=f"comma-separated subset of {', '.join(ARMS)}")
-    parser.add_argument("--clients", type=int, default=100,
-                        help="clients (100: the thesis's; 20 with --per-round 10: the fedpa_shrinkage_burnin base, "
-                             "where a client's IASG sample averages several iterates)")
-    parser.add_argument("--per-round", type=int, default=20, help="clients sampled per round")
+    parser.add_argument("--base", choices=("thesis", "fedpa_shrinkage_burnin"), default="thesis",
+                        help="thesis: Table 4.1's MNIST column scaled to digits (100 clients, 20 a round, client lr "
+                             "0.05); fedpa_shrinkage_burnin: that sweep's own base (20 clients, 10 a round, client lr "
+                             "0.01), where a client's IASG sample averages several iterates")
+    parser.add_argument("--clients", type=int, default=None, help="clients (default: the base's)")
+    parser.add_argument("--per-round", type=int, default=None, help="clients sampled per round (default: the base's)")
     parser.add_argument("--json", action="store_true", help="print the per-seed results as JSON")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -108,13 +129,16 @@ def main(argv=None) -> int:
     if args.rounds <= BURNIN:
         parser.error(f"--rounds: must be > {BURNIN} (the FedPA burn-in), got {args.rounds}")
 
-    results = run_arms(configs(args.rounds, args.alpha, arms, args.clients, args.per_round), seeds, args.rounds, summarise=summarise(BURNIN))
+    built = configs(args.rounds, args.alpha, arms, args.clients, args.per_round, args.base)
+    some = next(iter(built.values()))
+    results = run_arms(built, seeds, args.rounds, summarise=summarise(BURNIN))
     post_burnin = table(["arm", f"mean val over rounds {BURNIN + 1}-{args.rounds} (mean ± std over seeds)"],
                         [[label, f"{np.mean(r['post_burnin_val']):.4f} ± {np.std(r['post_burnin_val']):.4f}"]
                          for label, r in results.items()])
-    print_learning(results, args.json, f"digits, LDA alpha {args.alpha:g}, {args.clients} clients, {args.per_round} per round, "
-                   f"E = 5, "
-                   f"{args.rounds} rounds, seeds {args.seeds}", [post_burnin, *verdicts(results)])
+    print_learning(results, args.json, f"digits ({args.base} base), LDA alpha {args.alpha:g}, "
+                   f"{some.clients.num_clients} clients, {some.clients.clients_per_round} per round, E = "
+                   f"{some.clients.local_epochs}, client lr {some.clients.lr:g}, {args.rounds} rounds, seeds "
+                   f"{args.seeds}", [post_burnin, *verdicts(results)])
     return 0
 
 
