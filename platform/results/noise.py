@@ -52,7 +52,8 @@ class Lead:
 
     @property
     def within_noise(self) -> bool:
-        return self.se is None or not self.lead > self.se
+        """The difference is not larger than its standard error, either way (a claim's "lead" may be negative)."""
+        return self.se is None or not abs(self.lead) > self.se
 
     def text(self) -> str:
         """``lead over the runner-up 0.0021 ± 0.0034 (SE, 3 seeds), Welch p = 0.56: within noise``."""

@@ -48,3 +48,10 @@ def test_per_seed_values_and_range_in_stds():
     assert per_seed_values({"val_accuracy": 0.5}, "val_accuracy") == [0.5]
     assert range_in_stds([0.80, 0.84], [0.02, 0.02]) == pytest.approx(2.0)
     assert range_in_stds([0.8], [None]) is None
+
+
+def test_a_clear_deficit_is_not_within_noise_either():
+    """A claim compared the other way round (benchmarks' claim_verdict): a negative lead beyond its standard error
+    is a difference, not noise."""
+    lead = lead_over([0.62, 0.65, 0.58, 0.61, 0.57], [0.82, 0.89, 0.67, 0.67, 0.82], "max")
+    assert lead.lead == pytest.approx(-0.168, abs=1e-3) and abs(lead.lead) > lead.se and not lead.within_noise
