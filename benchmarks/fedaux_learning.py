@@ -61,7 +61,8 @@ def main(argv=None) -> int:
     cache = open_cache(args.cache_dir)
 
     def shared_for(config):
-        return prepare_pretrained(share_dataset(config, cache=cache), replicate_over_seeds(config, seeds), cache)
+        return prepare_pretrained(share_dataset(config, cache=cache), replicate_over_seeds(config, seeds), cache,
+                                  log=lambda line: print(line, file=sys.stderr, flush=True))  # stdout: the table / JSON
 
     arms = chosen_arms(parser, args.arms, ("FedDF", "FedDF+P", "FedAUX"))
     configs = {label: config for label, config in _configs(args.rounds, args.distill_lr, args.epsilon).items()
