@@ -86,6 +86,34 @@ def test_grid_multiobjective_logs_the_pareto_front(ray_local, tracking_uri, tmp_
     assert printed == sorted(printed, reverse=True)  # the front by val_accuracy, its first objective
 
 
+def test_scenario_cells_rank_each_front_first(ray_local, tracking_uri, tmp_path, capsys):
+    """With scenario cells, each cell ranks its own trials (1 = the first of its front, in the order the console
+    prints the front); the MLflow view sorts by that rank."""
+    from platform.sweep.command import main
+
+    path = tmp_path / "multi_cells.yaml"
+    path.write_text(yaml.safe_dump({"description": "multi-objective cells", "base": BASE,
+                                    "scenarios": {"partition.alpha": [0.5, 5.0]},
+                                    "parameters": {"clients.lr": {"grid": [0.01, 0.2]}},
+                                    "search": {"searcher": "grid", "num_samples": 1, "seeds": [0],
+                                               "metric": ["val_accuracy", "train_loss"]},
+                                    "resources": {"cpu": 1}}, sort_keys=False))
+    rc = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    client, runs = mlflow_runs(tracking_uri, "multi_cells")
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == 4
+    for alpha in ("0.5", "5.0"):
+        cell = sorted((r for r in children if r.data.params["partition.alpha"] == alpha),
+                      key=lambda r: r.data.metrics["rank"])
+        assert [r.data.metrics["rank"] for r in cell] == [1, 2]
+        finals = [(r.data.metrics["final_val_accuracy"], r.data.metrics["final_train_loss"]) for r in cell]
+        (v1, l1), (v2, l2) = finals
+        assert not (v2 >= v1 and l2 <= l1 and (v2 > v1 or l2 < l1))  # rank 2 never dominates rank 1
+        assert v1 >= v2  # one front: by val_accuracy, its first objective; two layers: rank 1 dominates
+
+
 def test_tpe_multiobjective_runs(ray_local, tracking_uri, tmp_path, capsys):
     from platform.sweep.command import main
 
