@@ -167,16 +167,17 @@ _IMPORTED = time.perf_counter()
 def _check_stores(args) -> None:
     """The MLflow store and the stage cache, checked before Ray starts, a file written and removed in each local
     directory (one line naming the flag; nothing left behind): the URI :func:`resolve_tracking_uri` gives, without
-    creating the results home it defaults to."""
+    creating the results home it defaults to; the cache given by --cache-dir or $FEDSWEEP_CACHE."""
     from platform.cli import results_home
     from platform.results.tracking import DEFAULT_STORE_FILE, check_tracking_uri
-    from platform.stages.storage import check_storage
+    from platform.stages.storage import check_storage, normalise
 
     if not args.no_mlflow:
         check_tracking_uri(args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
                            or f"sqlite:///{os.path.join(results_home(), DEFAULT_STORE_FILE)}")
-    if args.cache_dir:  # a path, s3://bucket/prefix or gs://bucket/prefix
-        check_storage(args.cache_dir, "--cache-dir")
+    cache = args.cache_dir or (None if args.no_cache else os.environ.get("FEDSWEEP_CACHE"))
+    if cache:  # a path, s3://bucket/prefix or gs://bucket/prefix; the line names where it came from
+        check_storage(normalise(cache), "--cache-dir" if args.cache_dir else "FEDSWEEP_CACHE")
 
 
 @main_wrapper

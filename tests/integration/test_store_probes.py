@@ -51,3 +51,15 @@ def test_a_store_no_file_can_be_created_in_is_one_line_and_no_run(case, tmp_path
     assert [e.name for e in experiments] == ["Default"], [e.name for e in experiments]
     assert client.search_runs([e.experiment_id for e in experiments]) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]  # no Tune directory, cache or results home
+
+
+def test_platform_run_probes_the_cache_named_by_the_environment(tmp_path, tracking_uri):
+    """$FEDSWEEP_CACHE is the cache platform.run opens when no --cache-dir is given: it is probed too, and the one
+    line names the variable."""
+    done = run_cli(*RUN, "--tracking-uri", tracking_uri, cwd=str(tmp_path), timeout=300,
+                   env={"MLFLOW_TRACKING_URI": "", "FEDSWEEP_HOME": str(tmp_path), "FEDSWEEP_CACHE": "/proc/x"})
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: FEDSWEEP_CACHE: /proc/x is not writable"), done.stderr
+    client = MlflowClient(tracking_uri=tracking_uri)
+    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
