@@ -270,14 +270,21 @@ def run_arms(configs: dict, seeds: Sequence[int], rounds: int, cache=None, share
     """label -> ``summarise(histories)`` (default :func:`learning_summary`) of each config run on every seed, on a
     fresh local Ray (2 CPUs), with a progress line per arm on stderr. ``shared_for(config)``: the SharedData of a
     config (default: built here)."""
+    import json
+
     import numpy as np
 
     results = {}
     with local_ray(2):
+        if shared_for is None:  # every arm's data first: a config its data refuses fails before any arm has run
+            from platform.runtime.federation import share_dataset
+
+            prepared = {label: share_dataset(config, cache=cache) for label, config in configs.items()}
+            shared_for = lambda config: prepared[next(k for k, c in configs.items() if c is config)]  # noqa: E731
         for label, config in configs.items():
-            shared = shared_for(config) if shared_for is not None else None
-            results[label] = summarise(run_federated(config, seeds, rounds, shared=shared, cache=cache))
-            print(f"... {label}: final val {np.mean(results[label]['final_val']):.4f}", file=sys.stderr, flush=True)
+            results[label] = summarise(run_federated(config, seeds, rounds, shared=shared_for(config), cache=cache))
+            print(f"... {label}: final val {np.mean(results[label]['final_val']):.4f}; per seed "
+                  f"{json.dumps(results[label])}", file=sys.stderr, flush=True)  # kept if a later arm fails
     return results
 
 
