@@ -276,13 +276,14 @@ def run_arms(configs: dict, seeds: Sequence[int], rounds: int, cache=None, share
 
     results = {}
     with local_ray(2):
+        prepared = {}
         if shared_for is None:  # every arm's data first: a config its data refuses fails before any arm has run
             from platform.runtime.federation import share_dataset
 
             prepared = {label: share_dataset(config, cache=cache) for label, config in configs.items()}
-            shared_for = lambda config: prepared[next(k for k, c in configs.items() if c is config)]  # noqa: E731
         for label, config in configs.items():
-            results[label] = summarise(run_federated(config, seeds, rounds, shared=shared_for(config), cache=cache))
+            shared = prepared[label] if shared_for is None else shared_for(config)
+            results[label] = summarise(run_federated(config, seeds, rounds, shared=shared, cache=cache))
             print(f"... {label}: final val {np.mean(results[label]['final_val']):.4f}; per seed "
                   f"{json.dumps(results[label])}", file=sys.stderr, flush=True)  # kept if a later arm fails
     return results
