@@ -29,9 +29,10 @@ order, dropout masks and optimiser give the same models up to float rounding. Ho
   ``dropout_generator``, seeded with that same seed, drawn in the same order (each step, each dropout call in
   forward order) and the same way (``bernoulli_(1 - p)`` then ``/ (1 - p)``, as ATen's CPU dropout), so the
   masks are identical. Other dropout kinds (``Dropout2d``, ``AlphaDropout``...) are refused
-  (:func:`batching_obstacle`). On a GPU the masks are still drawn from those (CPU) generators and moved to the
-  device with each step; ATen's fused CUDA dropout kernel draws differently, so there the batched masks have the
-  right distribution but are not the sequential masks.
+  (:func:`batching_obstacle`). On a GPU each client's masks are drawn on the device, from a device generator
+  seeded by one draw from its ``dropout_generator`` (:data:`MASKS_ON_DEVICE`); ATen's fused CUDA dropout kernel
+  draws differently anyway, so there the batched masks have the right distribution, one stream per client,
+  reproducible from its seed, but are not the sequential masks.
 - **BatchNorm**: running statistics are stacked buffers, updated per client in place.
 - **Augmentation** (``clients.augment``): each client's crops and flips come from its own
   ``augment_generators[k]``, drawn per step for its real batch (:func:`~algorithms.common.training.augment_draws`,
@@ -72,6 +73,13 @@ AUTO_MAX_WORK_CPU = 2_000_000
 #: for all but the smallest models; on an H200 they were slower at 50 clients (0.94 against 0.65 s/round, cifar_pfl)
 #: and faster at 1,000 (16.6 against 20.3 s per epoch), neither near what the GPU can do.
 CONVOLUTIONS_AS_PRODUCTS_ON: frozenset = frozenset()
+
+#: On a GPU, draw each client's dropout masks on the device (from a device generator seeded by the client's
+#: own generator) rather than on the host from the client's generator, then copied over. Host masks were the
+#: batched GPU step's largest cost: leaf_cnn's first dropout is 12,544 values a sample, so 1,000 clients × 10
+#: samples draw 125 M host values a step (benchmarks/RESULTS.md §1). Off only to measure the difference
+#: (``benchmarks.profile_batched --masks host``).
+MASKS_ON_DEVICE = True
 
 
 class BatchingUnsupported(Exception):
@@ -197,12 +205,28 @@ def _pad(mask: torch.Tensor, size: int) -> torch.Tensor:
     return torch.cat([mask, mask.new_zeros((size - len(mask), *mask.shape[1:]))])
 
 
-def _draw_mask(module: nn.Dropout, shape: tuple, generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-    """ATen's CPU dropout noise: ``empty_like(input).bernoulli_(1 - p).div_(1 - p)``, from ``generator``, on
-    ``generator``'s device (the caller moves a step's stacked masks to the data's device at once)."""
-    noise = torch.empty(shape, dtype=like.dtype, device=generator.device)
-    noise.bernoulli_(1 - module.p, generator=generator)
-    return noise.div_(1 - module.p)
+def _mask_generators(dropout_generators: Sequence[torch.Generator], order: Sequence[int],
+                     device: torch.device) -> list[torch.Generator]:
+    """Each client's dropout-mask stream, in stack order. On a CPU (or with :data:`MASKS_ON_DEVICE` off) the
+    client's own generator, so the masks are the sequential loop's. On a GPU a generator on the device, seeded
+    by one draw from the client's generator: each client keeps a stream of its own, reproducible from its seed,
+    and the masks are drawn where the data are."""
+    if device.type == "cpu" or not MASKS_ON_DEVICE:
+        return [dropout_generators[k] for k in order]
+    return [torch.Generator(device=device).manual_seed(
+        int(torch.randint(0, 2 ** 62, (), generator=dropout_generators[k]))) for k in order]
+
+
+def _step_masks(module: nn.Dropout, shape: tuple, lengths: Sequence[int], size: int,
+                generators: Sequence[torch.Generator], like: torch.Tensor) -> torch.Tensor:
+    """One step's stacked dropout masks ``[rows, size, *shape]`` for one dropout call: row j holds
+    ``lengths[j]`` samples of ATen's CPU dropout noise (``bernoulli_(1 - p)`` then ``/ (1 - p)``) from
+    ``generators[j]``, drawn on that generator's device, then zero rows up to ``size`` (a padded batch's
+    padding). Moved to ``like``'s device when drawn elsewhere."""
+    noise = torch.zeros((len(lengths), size, *shape), dtype=like.dtype, device=generators[0].device)
+    for row, (length, generator) in enumerate(zip(lengths, generators)):
+        noise[row, :length].bernoulli_(1 - module.p, generator=generator)
+    return noise.div_(1 - module.p).to(like.device, non_blocking=True)
 
 
 class _ClientLoss(nn.Module):
@@ -322,6 +346,7 @@ def _steps(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_
                                              {prefix + n: v for n, v in bufs.items()}), (x, y, weight))
 
     plain, weighted = vmap(one_client, randomness="error"), vmap(one_client, randomness="error")
+    mask_generators = _mask_generators(dropout_generators, order, device) if calls else []
     # Pad a smaller batch to the step's full size (padding weighted 0) instead of training it in a run of its own,
     # where no sample sees the others: BatchNorm's batch statistics would include the padding.
     pad = loss_fn is F.cross_entropy and not any(isinstance(m, nn.modules.batchnorm._BatchNorm)
@@ -334,9 +359,10 @@ def _steps(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_
             parts = [batches[order[i]][t] + offsets[i] for i in rows]
             weight = None
             if any(len(p) != size for p in parts):
-                weight = torch.zeros(end - start, size, dtype=x_all.dtype, device=x_all.device)
+                weight = torch.zeros(end - start, size, dtype=x_all.dtype)  # filled on the host: one copy
                 for j, p in enumerate(parts):
                     weight[j, :len(p)] = 1
+                weight = weight.to(x_all.device, non_blocking=True)
                 parts = [torch.cat([p, p[:1].expand(size - len(p))]) for p in parts]
             idx = torch.cat(parts)
             xb = x_all[idx]
@@ -345,10 +371,8 @@ def _steps(model, xs, ys, cfg, generators, dropout_generators, extra_loss, loss_
                 xb = augment(cfg, xb, [torch.cat([_pad(d[j], size) for d in draws]) for j in range(2)])
             xb = xb.view(end - start, size, *x_all.shape[1:])
             yb = y_all[idx].view(end - start, size, *y_all.shape[1:])
-            step_masks = [torch.stack([_pad(_draw_mask(module, (len(batches[order[i]][t]), *shape),
-                                                       dropout_generators[order[i]], xb), size) for i in rows]
-                                      ).to(xb.device, non_blocking=True)
-                          for module, shape in calls]
+            step_masks = [_step_masks(module, shape, [len(batches[order[i]][t]) for i in rows], size,
+                                      mask_generators[start:end], xb) for module, shape in calls]
             params = {n: (v[start:end].detach().requires_grad_() if n in trainable else v[start:end])
                       for n, v in stacked.items()}
             bufs = {n: v[start:end] for n, v in buffers.items()}
