@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 python3 -c "import torch,sys; print('torch', torch.__version__, 'python', sys.version.split()[0], torch.cuda.get_device_name(0))" | tee -a "$OUT/card.txt"
 profile 100_host 60 --clients 100 --rows 15 --masks host
 profile 100_device 60 --clients 100 --rows 15 --masks device
-profile 1000 150 --clients 1000 --no-profile --masks host
+profile 1000 120 --clients 1000 --no-profile --masks host
 profile 1000 90 --clients 1000 --no-profile --masks device
 SPECS=${SPECS:-digits_cnn:80:3:default digits32_resnet8:80:3:default cifar_pfl:90:3:default cifar_pfl_1000:150:2:default} \
   OUT="$OUT/rt" bash benchmarks/gpu_round_throughput.sh
