@@ -18,6 +18,7 @@ and the test accuracy at the final round (selection is never on test), with the 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 from benchmarks._common import chosen_arms, claim_verdict, print_learning, run_arms
@@ -62,7 +63,7 @@ def main(argv=None) -> int:
 
     def shared_for(config):
         return prepare_pretrained(share_dataset(config, cache=cache), replicate_over_seeds(config, seeds), cache,
-                                  log=lambda line: print(line, file=sys.stderr, flush=True))  # stdout: the table / JSON
+                                  log=functools.partial(print, file=sys.stderr))  # stdout: the table / JSON
 
     arms = chosen_arms(parser, args.arms, ("FedDF", "FedDF+P", "FedAUX"))
     configs = {label: config for label, config in _configs(args.rounds, args.distill_lr, args.epsilon).items()
