@@ -537,9 +537,65 @@ def _validate_parameter_values(space: SearchSpace, check: ConfigCheck) -> list:
                 check(configs[-1])
             except ConfigError as err:
                 raise ConfigError(f"parameters.{key}", f"value {value!r} is invalid: {err}") from None
+    configs += _validate_combinations(space, check)
     if space.search.scheduler.kind == "asha":
         check_asha(configs, space.search.scheduler)
     return configs
+
+
+#: At most this many combinations of the parameters' candidate values are validated together at load time
+#: (:func:`_validate_combinations`; about 11 ms each); a larger space is checked value by value only.
+COMBINATIONS_CHECKED = 64
+
+
+def _combinations(parameters: dict[str, Distribution]) -> list[dict]:
+    """Every combination of the parameters' candidate values (:attr:`Distribution.candidates`: a range's bounds,
+    every option of a choice or grid), a parameter left out where its ``when`` does not hold; [] when there are
+    more than :data:`COMBINATIONS_CHECKED`."""
+    combos: list[dict] = [{}]
+    for key, dist in parameters.items():  # in dependency order: conditions before what they condition
+        grown = []
+        for combo in combos:
+            grown += [{**combo, key: value} for value in dist.candidates] if dist.applies(combo) else [combo]
+            if len(grown) > COMBINATIONS_CHECKED:
+                return []
+        combos = grown
+    return combos
+
+
+def _validate_combinations(space: SearchSpace, check: ConfigCheck) -> list:
+    """Values valid one by one can be invalid together (``clients.num_clients: [4, 10]`` with
+    ``clients.clients_per_round: [4, 8]``): every combination of candidate values (up to
+    :data:`COMBINATIONS_CHECKED`) passes validation, or one line names the smallest set of them that fails, before
+    anything is started or written. Returns the configurations tried."""
+    if len(space.parameters) < 2:
+        return []
+    configs = []
+    for combo in _combinations(space.parameters):
+        error = _config_error(space, check, combo)
+        if error is None:
+            configs.append(space.trial_config(combo))
+            continue
+        for key in list(combo):  # the smallest failing set: drop each value the failure does not need
+            smaller = {k: v for k, v in combo.items() if k != key}
+            if len(smaller) >= 2 and all(dist.applies(smaller) for k, dist in space.parameters.items()
+                                         if k in smaller) and _config_error(space, check, smaller) is not None:
+                combo = smaller
+                error = _config_error(space, check, combo)
+        first = error.field if error.field in combo else next(iter(combo))
+        together = ", ".join(f"{k}={_scalar(v)}" for k, v in combo.items() if k != first)
+        raise ConfigError(f"parameters.{first}", f"value {combo[first]!r} is invalid together with {together}: "
+                                                 f"{error}")
+    return configs
+
+
+def _config_error(space: SearchSpace, check: ConfigCheck, params: dict) -> Optional[ConfigError]:
+    """The error validation gives ``params`` on the space's base, or None."""
+    try:
+        check(space.trial_config(params))
+    except ConfigError as err:
+        return err
+    return None
 
 
 def load_reference(name: str, preset: Optional[str] = None) -> Optional[Reference]:

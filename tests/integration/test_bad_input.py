@@ -150,3 +150,30 @@ def test_a_public_pool_of_another_shape_than_the_private_inputs_is_refused(monke
     monkeypatch.setattr(public, "_split_public", lambda train, cfg, *args: (train, np.zeros((4, 3, 8, 8), np.float32)))
     with pytest.raises(ConfigError, match=r"^public.source: the public inputs \(train_split\) have shape \(3, 8, 8\)"):
         public.take_public(train, public.PublicDataConfig(source="train_split"), 0, DatasetConfig())
+
+
+def test_values_valid_alone_but_invalid_together_are_refused_before_anything_starts(tmp_path_factory, tmp_path,
+                                                                                      monkeypatch, capsys):
+    """Each value passes alone (4 or 10 clients; 4 or 8 a round), but 8 a round of 4 clients does not: the sweep
+    refuses the space at load time, in one line naming both values, with nothing started or written (it used to
+    fail in the first trial that drew them, leaving a FAILED parent run)."""
+    import yaml
+
+    from platform.sweep.command import main
+
+    space = yaml.safe_load(open(os.path.join(os.path.dirname(__file__), "..", "..", "search_spaces", "smoke.yaml")))
+    space["base"]["clients"]["clients_per_round"] = 4
+    space["parameters"] = {"clients.num_clients": {"choice": [4, 10]},
+                           "clients.clients_per_round": {"choice": [4, 8]},
+                           "clients.lr": {"loguniform": [0.005, 0.2]}}
+    path = tmp_path_factory.mktemp("spaces") / "pair.yaml"
+    path.write_text(yaml.safe_dump(space))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("FEDSWEEP_HOME", raising=False)
+    code = main([str(path)])
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0] == ("error: parameters.clients.clients_per_round: value 8 is invalid together with "
+                        "clients.num_clients=4: clients.clients_per_round: must be <= clients.num_clients (4), got 8")
+    assert os.listdir(tmp_path) == []
