@@ -251,6 +251,27 @@ def log_patch_samples(tracker: "Tracker", run_id: str, shared) -> Optional[str]:
     return "public/patches.png"
 
 
+def log_driver_cache_corrupt(tracker: "Tracker", run_id: str) -> int:
+    """Stage-cache entries this (driver) process found corrupt since the last call, while it prepared the data and
+    pre-trained models every trial shares (moved aside and recomputed, :mod:`platform.stages.cache`; each already
+    one warning line on the console): their lines as ``run_id``'s TAG_CACHE_CORRUPT and their running count as its
+    METRIC_CACHE_CORRUPT, as a trial's own are logged on its run. Returns how many were new."""
+    from platform.config.run_schema import METRIC_CACHE_CORRUPT, TAG_CACHE_CORRUPT
+    from platform.stages.cache import take_corrupt_reports
+
+    lines = take_corrupt_reports()
+    if not lines:
+        return 0
+    seen = _DRIVER_CORRUPT.setdefault(run_id, [])
+    seen += lines
+    tracker.set_tag(run_id, TAG_CACHE_CORRUPT, "\n".join(seen)[:4000])
+    tracker.log_metrics(run_id, {METRIC_CACHE_CORRUPT: len(seen)})
+    return len(lines)
+
+
+_DRIVER_CORRUPT: dict[str, list] = {}  # run id -> the corrupt-entry lines logged on it so far
+
+
 def array_heatmap(array, path: str, title: str) -> str:
     """Write a 2-D array as a heat-map PNG (rows down, columns across, a colour bar) at ``path``; return the path."""
     from platform.data.summary import heatmap_png

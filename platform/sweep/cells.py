@@ -76,7 +76,7 @@ def _run_cells(args, space, storage, tracker, parent_run_id, sweep_dir, cache, e
     from platform.runtime.pretrain import prepare_pretrained, sweep_pretrain_configs
     from platform.runtime.federation import share_dataset
     from platform.sweep.callback import MlflowSweepCallback
-    from platform.results.tracking import log_patch_samples
+    from platform.results.tracking import log_driver_cache_corrupt, log_patch_samples
 
     cells = space.cells()
     state = _read_state(sweep_dir)
@@ -103,6 +103,7 @@ def _run_cells(args, space, storage, tracker, parent_run_id, sweep_dir, cache, e
             shared = share_dataset(config, cache=cache)
             patches_logged = patches_logged or bool(log_patch_samples(tracker, parent_run_id, shared))
         shared = prepare_pretrained(shared, sweep_pretrain_configs(cell_space), cache, log=log)
+        log_driver_cache_corrupt(tracker, parent_run_id)  # found while preparing: on the parent run
         info = {"number": number, "cells": len(cells), "label": label, "values": dict(cell),
                 "sampler_seed": cell_space.search.sampler_seed}
         callback = MlflowSweepCallback(tracker, parent_run_id, cell_space, config.rounds, expected, quiet=args.quiet,

@@ -307,7 +307,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     from platform.sweep.optuna_store import StudyRecorder
     from platform.sweep.outputs import SweepAnswer, publish
     from platform.sweep.callback import MlflowSweepCallback
-    from platform.results.tracking import Tracker, log_patch_samples
+    from platform.results.tracking import Tracker, log_driver_cache_corrupt, log_patch_samples
 
     from platform.runtime.placement import check_fits_connected_cluster, trials_at_once
     from platform.config.trials import grid_subset_note
@@ -366,6 +366,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         # before Tune starts (a trial's placement group cannot host Ray Train's workers); cache hits cost nothing.
         shared = prepare_pretrained(shared, sweep_pretrain_configs(space), cache,
                                     log=(lambda *a, **k: None) if args.quiet else print)
+        log_driver_cache_corrupt(tracker, parent_run_id)  # found while preparing: on the parent run
         answer.studies = [experiment]
         callback = MlflowSweepCallback(tracker, parent_run_id, space, base_config.rounds, expected_trials,
                                        quiet=args.quiet, shared=shared,

@@ -51,3 +51,39 @@ def test_a_corrupt_entry_read_in_a_trial_reaches_the_console_and_mlflow(ray_loca
     assert children[1].data.tags[TAG_CACHE_CORRUPT] == reports[0].split("[trial 1/1] ", 1)[1]
     assert children[1].data.metrics[METRIC_CACHE_CORRUPT] == 1
     assert children[1].data.tags["status"] == "completed" and children[1].data.metrics["client_stage_cached"] == 0
+
+
+def test_a_corrupt_entry_read_on_the_driver_reaches_the_parent_run(ray_local, tracking_uri, tmp_path, capsys):
+    """The crop pool of a source image is built on the driver, before any trial (``share_dataset``): a corrupt
+    entry found there was a console line only. Now the sweep's parent run carries it too (tag and count)."""
+    from platform.config.run_schema import METRIC_CACHE_CORRUPT, TAG_CACHE_CORRUPT
+    from platform.sweep.command import main
+
+    space = {**ONE_ROUND, "description": "FedAvg with a source-image crop pool (built on the driver)",
+             "base": {**ONE_ROUND["base"], "algorithm": {"name": "fedavg"}, "mode": "rounds",
+                      "public": {"source": "image", "image": "strokes", "size": 200}},
+             "parameters": {"clients.lr": {"grid": [0.05]}}}
+    path = tmp_path / "pooled.yaml"
+    path.write_text(yaml.safe_dump(space))
+    cache_dir = tmp_path / "cache"
+    args = [str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune"),
+            "--cache-dir", str(cache_dir)]
+    assert main(args) == 0  # builds the crop pool
+    capsys.readouterr()
+    blobs = list((cache_dir / "patch_pool").glob("*.pt"))
+    assert len(blobs) == 1, list(cache_dir.iterdir())
+    data = bytearray(blobs[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    blobs[0].write_bytes(bytes(data))
+
+    assert main(args) == 0  # found corrupt on the driver, moved aside, built again
+    err = capsys.readouterr().err
+    reports = [ln for ln in err.splitlines() if f"stage cache entry {blobs[0]} is corrupt" in ln]
+    assert len(reports) == 1, err
+
+    client, runs = mlflow_runs(tracking_uri, "pooled")
+    parents = sorted((r for r in runs if "mlflow.parentRunId" not in r.data.tags), key=lambda r: r.info.start_time)
+    assert len(parents) == 2 and all(r.info.status == "FINISHED" for r in runs)
+    assert TAG_CACHE_CORRUPT not in parents[0].data.tags
+    assert parents[1].data.tags[TAG_CACHE_CORRUPT].startswith(f"stage cache entry {blobs[0]} was corrupt")
+    assert parents[1].data.metrics[METRIC_CACHE_CORRUPT] == 1
