@@ -17,23 +17,34 @@ ONE_ROUND = {
 }
 
 
+def _sweep_args(space: dict, name: str, tracking_uri: str, tmp_path) -> tuple[list, object]:
+    """``space`` written as ``<name>.yaml``; the sweep's arguments (this test's store, Tune storage and stage
+    cache) and the cache directory."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(space))
+    cache_dir = tmp_path / "cache"
+    return [str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune"),
+            "--cache-dir", str(cache_dir)], cache_dir
+
+
+def _flip_a_byte(blob) -> None:
+    """One flipped byte in the middle: the entry's checksum no longer matches."""
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    blob.write_bytes(bytes(data))
+
+
 def test_a_corrupt_entry_read_in_a_trial_reaches_the_console_and_mlflow(ray_local, tracking_uri, tmp_path, capsys):
     from platform.config.run_schema import METRIC_CACHE_CORRUPT, TAG_CACHE_CORRUPT
     from platform.stages.cache import StageCache
     from platform.sweep.command import main
 
-    path = tmp_path / "cached.yaml"
-    path.write_text(yaml.safe_dump(ONE_ROUND))
-    cache_dir = tmp_path / "cache"
-    args = [str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune"),
-            "--cache-dir", str(cache_dir)]
+    args, cache_dir = _sweep_args(ONE_ROUND, "cached", tracking_uri, tmp_path)
     assert main(args) == 0  # computes the client stage
     first = capsys.readouterr()
     assert " was corrupt" not in first.out + first.err
     (blob,) = (cache_dir / "one_round_clients").glob("*.pt")
-    data = bytearray(blob.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # one flipped byte: the checksum no longer matches
-    blob.write_bytes(bytes(data))
+    _flip_a_byte(blob)
 
     assert main(args) == 0  # the same stage again: the corrupt entry is found in the trial, moved aside, recomputed
     second = capsys.readouterr()
@@ -63,18 +74,12 @@ def test_a_corrupt_entry_read_on_the_driver_reaches_the_parent_run(ray_local, tr
              "base": {**ONE_ROUND["base"], "algorithm": {"name": "fedavg"}, "mode": "rounds",
                       "public": {"source": "image", "image": "strokes", "size": 200}},
              "parameters": {"clients.lr": {"grid": [0.05]}}}
-    path = tmp_path / "pooled.yaml"
-    path.write_text(yaml.safe_dump(space))
-    cache_dir = tmp_path / "cache"
-    args = [str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune"),
-            "--cache-dir", str(cache_dir)]
+    args, cache_dir = _sweep_args(space, "pooled", tracking_uri, tmp_path)
     assert main(args) == 0  # builds the crop pool
     capsys.readouterr()
     blobs = list((cache_dir / "patch_pool").glob("*.pt"))
     assert len(blobs) == 1, list(cache_dir.iterdir())
-    data = bytearray(blobs[0].read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    blobs[0].write_bytes(bytes(data))
+    _flip_a_byte(blobs[0])
 
     assert main(args) == 0  # found corrupt on the driver, moved aside, built again
     err = capsys.readouterr().err
