@@ -32,7 +32,7 @@ order, dropout masks and optimiser give the same models up to float rounding. Ho
   (:func:`batching_obstacle`). On a GPU each client's masks are drawn on the device, from a device generator
   seeded by one draw from its ``dropout_generator`` (:data:`MASKS_ON_DEVICE`); ATen's fused CUDA dropout kernel
   draws differently anyway, so there the batched masks have the right distribution, one stream per client,
-  reproducible from its seed, but are not the sequential masks.
+  reproducible from its seed on the same GPU model and torch version, but are not the sequential masks.
 - **BatchNorm**: running statistics are stacked buffers, updated per client in place.
 - **Augmentation** (``clients.augment``): each client's crops and flips come from its own
   ``augment_generators[k]``, drawn per step for its real batch (:func:`~algorithms.common.training.augment_draws`,
@@ -207,11 +207,12 @@ def _pad(mask: torch.Tensor, size: int) -> torch.Tensor:
 
 def _mask_generators(dropout_generators: Sequence[torch.Generator], order: Sequence[int],
                      device: torch.device) -> list[torch.Generator]:
-    """Each client's dropout-mask stream, in stack order. On a CPU (or with :data:`MASKS_ON_DEVICE` off) the
-    client's own generator, so the masks are the sequential loop's. On a GPU a generator on the device, seeded
-    by one draw from the client's generator: each client keeps a stream of its own, reproducible from its seed,
-    and the masks are drawn where the data are."""
-    if device.type == "cpu" or not MASKS_ON_DEVICE:
+    """Each client's dropout-mask stream, in stack order. On a CPU (any device but CUDA, or with
+    :data:`MASKS_ON_DEVICE` off) the client's own generator, so the masks are the sequential loop's. On a CUDA
+    device a generator there, seeded by one draw from the client's generator: each client keeps a stream of its
+    own, reproducible from its seed on the same GPU model and torch version (CUDA's Philox draws split their work
+    by the card's processor count), and the masks are drawn where the data are."""
+    if device.type != "cuda" or not MASKS_ON_DEVICE:
         return [dropout_generators[k] for k in order]
     return [torch.Generator(device=device).manual_seed(
         int(torch.randint(0, 2 ** 62, (), generator=dropout_generators[k]))) for k in order]

@@ -572,30 +572,37 @@ def _validate_combinations(space: SearchSpace, check: ConfigCheck) -> list:
         return []
     configs = []
     for combo in _combinations(space.parameters):
-        error = _config_error(space, check, combo)
+        config, error = _validated(space, check, combo)
         if error is None:
-            configs.append(space.trial_config(combo))
+            configs.append(config)
             continue
-        for key in list(combo):  # the smallest failing set: drop each value the failure does not need
+        # the smallest failing set: drop each value the same failure does not need (a dropped key takes the base's
+        # value, which may be no candidate: only a failure on the same field counts)
+        for key in list(combo):
             smaller = {k: v for k, v in combo.items() if k != key}
-            if len(smaller) >= 2 and all(dist.applies(smaller) for k, dist in space.parameters.items()
-                                         if k in smaller) and _config_error(space, check, smaller) is not None:
-                combo = smaller
-                error = _config_error(space, check, combo)
-        first = error.field if error.field in combo else next(iter(combo))
+            if len(smaller) < 2 or not all(space.parameters[k].applies(smaller) for k in smaller):
+                continue
+            _, again = _validated(space, check, smaller)
+            if again is not None and again.field == error.field:
+                combo, error = smaller, again
+        named = [k for k in combo
+                 if error.field == k or error.field.startswith(k + ".") or k.startswith(error.field + ".")]
+        first = named[0] if named else next(iter(combo))
         together = ", ".join(f"{k}={_scalar(v)}" for k, v in combo.items() if k != first)
         raise ConfigError(f"parameters.{first}", f"value {combo[first]!r} is invalid together with {together}: "
                                                  f"{error}")
     return configs
 
 
-def _config_error(space: SearchSpace, check: ConfigCheck, params: dict) -> Optional[ConfigError]:
-    """The error validation gives ``params`` on the space's base, or None."""
+def _validated(space: SearchSpace, check: ConfigCheck, params: dict) -> tuple[Optional[ExperimentConfig],
+                                                                              Optional[ConfigError]]:
+    """``params`` on the space's base: (its config, None) when it passes validation, else (None, the error)."""
     try:
-        check(space.trial_config(params))
+        config = space.trial_config(params)
+        check(config)
     except ConfigError as err:
-        return err
-    return None
+        return None, err
+    return config, None
 
 
 def load_reference(name: str, preset: Optional[str] = None) -> Optional[Reference]:

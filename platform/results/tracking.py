@@ -262,14 +262,12 @@ def log_driver_cache_corrupt(tracker: "Tracker", run_id: str) -> int:
     lines = take_corrupt_reports()
     if not lines:
         return 0
-    seen = _DRIVER_CORRUPT.setdefault(run_id, [])
-    seen += lines
-    tracker.set_tag(run_id, TAG_CACHE_CORRUPT, "\n".join(seen)[:4000])
-    tracker.log_metrics(run_id, {METRIC_CACHE_CORRUPT: len(seen)})
+    run = tracker.client.get_run(run_id)  # a resumed sweep's parent: add to what its first driver logged
+    count = int(run.data.metrics.get(METRIC_CACHE_CORRUPT, 0)) + len(lines)
+    earlier = run.data.tags.get(TAG_CACHE_CORRUPT)
+    tracker.set_tag(run_id, TAG_CACHE_CORRUPT, "\n".join([earlier, *lines] if earlier else lines)[:4000])
+    tracker.log_metrics(run_id, {METRIC_CACHE_CORRUPT: count}, step=count)
     return len(lines)
-
-
-_DRIVER_CORRUPT: dict[str, list] = {}  # run id -> the corrupt-entry lines logged on it so far
 
 
 def array_heatmap(array, path: str, title: str) -> str:
