@@ -21,6 +21,7 @@ from platform.config.run_schema import (ARTIFACT_SCENARIO_FRONTS_CSV, ARTIFACT_S
 from platform.sweep.pareto import _front_rows, _json_value, log_front_ranks, objective_value, pareto_order
 from platform.sweep.state import _join, _read_state, _resume_command, _write_state
 from platform.sweep.study import (_REPORTED, _expected_trials, _fit_study, _pin_public_image, _ranked_results,
+                                  refused_by_config,
                                   _trainable, lead_of, log_ranks, rank_results)
 
 
@@ -141,6 +142,9 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
     failed = sum(1 for r in grid if r.error is not None)
     row = {"cell": info["number"], "scenario": info["label"], "values": dict(cell),
            "sampler_seed": info["sampler_seed"], "trials_failed": failed}
+    refused = refused_by_config(grid)
+    if refused:
+        row["refused"] = refused  # every trial of the cell failed on this bad input
     if search.multi_objective:
         complete = [r for r in _front_rows(grid, cell_space, callback)
                     if all(objective_value(r, m) is not None for m, _ in search.objectives)]

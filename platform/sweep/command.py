@@ -34,7 +34,8 @@ from platform.sweep.cells import _first_state, _run_cells
 from platform.sweep.state import (_INVOCATION_FLAGS, STATE_FILE, _check_resumable, _default_storage, _driver_id,
                                   _experiment_name, _invocation, _join, _latest_unfinished, _read_state,
                                   _record_status, _repair, _resume_command, _start_state)
-from platform.sweep.study import _expected_trials, _fit_study, _pin_public_image, _report, _trainable
+from platform.sweep.study import (_expected_trials, _fit_study, _pin_public_image, _report, _trainable,
+                                  refused_by_config)
 # platform.config.experiment and platform.config.search_space (torch, through the algorithms) are imported where used: a command starts
 # Ray before it imports them (platform.cli.start_ray_early).
 
@@ -331,6 +332,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         _SIGTERM.update(held=False, pending=False)
         raise
     status = "FAILED"
+    refused = None  # the bad input every trial failed on, found only as the trials built their data: exit 2
     callback = None
     answer = SweepAnswer()
     try:
@@ -359,7 +361,9 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         if space.scenarios:
             status = _run_cells(args, space, storage, tracker, parent_run_id, resume_dir or _join(storage, experiment),
                                 cache, experiment, answer)
-            return {"FINISHED": 0, "KILLED": 130}.get(status, 1)
+            if status == "FAILED" and answer.cells and all(row.get("refused") for row in answer.cells):
+                refused = answer.cells[0]["refused"]
+            return _exit_code(status, refused)
         shared = share_dataset(base_config, cache=cache)  # into the object store once, for every trial
         log_patch_samples(tracker, parent_run_id, shared)  # public.source image: public/patches.png
         # Pre-training (pretrain.method) of every (architecture, seed) the trials can need: here, on the driver,
@@ -381,6 +385,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         else:
             status = _report(results, space, tracker, parent_run_id, callback, answer,
                              sweep_dir=_join(storage, experiment))
+            refused = refused_by_config(results) if status == "FAILED" else None
     except KeyboardInterrupt:
         status = "KILLED"
         if callback is not None:
@@ -404,7 +409,14 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         publish(tracker, parent_run_id, space, answer, args.optuna_url, quiet=args.quiet)
         tracker.end_run(parent_run_id, status)
         _SIGTERM.update(held=False, pending=False)
-    return {"FINISHED": 0, "KILLED": 130}.get(status, 1)
+        if refused:
+            print(f"error: {refused} (every trial failed on it)", file=sys.stderr, flush=True)
+    return _exit_code(status, refused)
+
+
+def _exit_code(status: str, refused: "str | None") -> int:
+    """0 finished, 130 interrupted, 2 when every trial failed on the same kind of bad input, else 1."""
+    return 2 if refused else {"FINISHED": 0, "KILLED": 130}.get(status, 1)
 
 
 _STATUS_TAGS = {"FINISHED": STATUS_COMPLETED, "KILLED": STATUS_INTERRUPTED}

@@ -84,13 +84,15 @@ class TrialOutcome:
     metrics: dict
     config: dict
     error: Optional[str] = None
+    config_error: Optional[str] = None  # the error was a ConfigError (bad input): its ``field: message``
 
     def to_json(self) -> dict:
-        return {"metrics": self.metrics, "config": self.config, "error": self.error}
+        return {"metrics": self.metrics, "config": self.config, "error": self.error,
+                "config_error": self.config_error}
 
     @classmethod
     def from_json(cls, data: dict) -> "TrialOutcome":
-        return cls(dict(data["metrics"]), dict(data["config"]), data.get("error"))
+        return cls(dict(data["metrics"]), dict(data["config"]), data.get("error"), data.get("config_error"))
 
 
 def outcome(result, kept: Iterable[str]) -> TrialOutcome:
@@ -99,6 +101,7 @@ def outcome(result, kept: Iterable[str]) -> TrialOutcome:
     import json
 
     from platform.config.run_schema import PER_SEED_SEPARATOR, RESULT_DETAILS
+    from platform.errors import ConfigError
 
     kept = set(kept)
     names = {"round", "trial_id", *kept, *(f"{k}_std" for k in kept)}
@@ -107,7 +110,10 @@ def outcome(result, kept: Iterable[str]) -> TrialOutcome:
     per_seed = {k: v for k, v in (json.loads(details) if isinstance(details, str) else {}).items()
                 if PER_SEED_SEPARATOR in k and k.split(PER_SEED_SEPARATOR)[0] in kept}
     metrics = {**{k: v for k, v in reported.items() if k in names}, **per_seed}
-    return TrialOutcome(metrics, dict(result.config or {}), None if result.error is None else str(result.error))
+    error = result.error
+    # Ray hands a trial's exception back as RayTaskError(ConfigError): an instance of both, the original as ``cause``
+    refused = str(getattr(error, "cause", error)) if isinstance(error, ConfigError) else None
+    return TrialOutcome(metrics, dict(result.config or {}), None if error is None else str(error), refused)
 
 
 class StudyResults(list):

@@ -266,6 +266,15 @@ def _interrupted(grid, expected: int, callback) -> bool:
             or bool(callback.open))
 
 
+def refused_by_config(grid) -> "str | None":
+    """When every trial of ``grid`` failed on a :class:`~platform.errors.ConfigError` (bad input only a trial can
+    find, as it builds its data: a seeded Dirichlet draw that ``partition.min_share`` refuses, say), the first one's
+    text (``field: message``, :attr:`TrialOutcome.config_error <platform.sweep.segments.TrialOutcome>`); else
+    None."""
+    refused = [getattr(r, "config_error", None) for r in grid]
+    return refused[0] if refused and all(refused) else None
+
+
 def _ranked_results(grid, metric: str) -> tuple[list, int]:
     """The results a best can be chosen from (no error, a last ``metric`` that did not diverge) and how many
     diverged (their last ``metric`` is NaN, or infinite though measured: reported as diverged, never chosen; see

@@ -177,3 +177,39 @@ def test_values_valid_alone_but_invalid_together_are_refused_before_anything_sta
     assert lines[0] == ("error: parameters.clients.clients_per_round: value 8 is invalid together with "
                         "clients.num_clients=4: clients.clients_per_round: must be <= clients.num_clients (4), got 8")
     assert os.listdir(tmp_path) == []
+
+
+REFUSED_BY_THE_DATA = {
+    "description": "no Dirichlet draw at alpha 0.01 (seed 0) gives 10 clients of 10 classes a share above 0.9 "
+                   "each: every trial refuses it",
+    "base": {"dataset": {"name": "digits"}, "partition": {"kind": "dirichlet", "alpha": 0.01, "min_share": 0.9},
+             "model": {"name": "cnn"}, "algorithm": {"name": "fedavg"}, "rounds": 1, "seed": 0,
+             "clients": {"num_clients": 10, "clients_per_round": 10, "local_epochs": 1, "batch_size": 16,
+                         "lr": 0.05}},  # 10 clients of 10 classes: a mean share of 1.0 each
+    "parameters": {"clients.batch_size": {"grid": [16]}},
+    "search": {"searcher": "grid", "num_samples": 1, "seeds": [0], "metric": "val_accuracy"},
+    "resources": {"cpu": 1},
+}
+
+
+@pytest.mark.parametrize("cells", [False, True], ids=["one study", "scenario cells"])
+def test_bad_input_only_the_trials_can_find_exits_2_with_its_line(cells, ray_local, tracking_uri, tmp_path, capsys):
+    """A value the data refuse (a seeded Dirichlet draw, found only as a trial partitions the data) fails every
+    trial: the sweep ends with its one line and exit 2, as bad input found at load does (it exited 1), every run
+    closed. Real Ray, real MLflow."""
+    import yaml
+
+    from platform.sweep.command import main
+    from tests.conftest import mlflow_runs
+
+    space = dict(REFUSED_BY_THE_DATA, scenarios={"clients.lr": [0.05, 0.1]}) if cells else REFUSED_BY_THE_DATA
+    path = tmp_path / "refused.yaml"
+    path.write_text(yaml.safe_dump(space))
+    code = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune"),
+                 "--cache-dir", str(tmp_path / "cache")])
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2, lines
+    assert lines[-1] == ("error: partition.min_share: no Dirichlet draw gave every client a share > 0.9 after 10000 "
+                         "tries; lower it or raise alpha (every trial failed on it)")
+    _, runs = mlflow_runs(tracking_uri, "refused")
+    assert len(runs) == (3 if cells else 2) and all(r.info.status == "FAILED" for r in runs)
