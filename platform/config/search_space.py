@@ -61,6 +61,8 @@ from typing import Any, Callable, Optional
 from platform.config.experiment import ExperimentConfig, apply_overrides, build_experiment, error_message, load_yaml
 from platform.config.trials import asha_rungs, grid_points  # noqa: F401 - where the sweep has always found them
 from platform.config.trials import check_asha, fit_grace_period, sample_flags
+from platform.config.combinations import scalar_text as _scalar
+from platform.config.combinations import validate_combinations
 from platform.config.presets import Preset
 from platform.config.space_files import (SECTIONS, available_search_spaces, find_search_space, read_search_space,
                                          search_space_dirs)
@@ -303,12 +305,6 @@ def cell_label(cell: dict) -> str:
     return ", ".join(f"{k}={_scalar(v)}" for k, v in cell.items())
 
 
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return "true" if value is True else "false" if value is False else "null"
-    return str(value)
-
-
 def cell_sampler_seed(sampler_seed: int, index: int) -> int:
     """The Optuna sampler seed of scenario cell ``index`` (0-based): numpy's SeedSequence of (``sampler_seed``,
     ``index``), so no two cells of a sweep (and no cell and another sweep's cell with an adjacent seed) draw the
@@ -537,72 +533,10 @@ def _validate_parameter_values(space: SearchSpace, check: ConfigCheck) -> list:
                 check(configs[-1])
             except ConfigError as err:
                 raise ConfigError(f"parameters.{key}", f"value {value!r} is invalid: {err}") from None
-    configs += _validate_combinations(space, check)
+    configs += validate_combinations(space, check)
     if space.search.scheduler.kind == "asha":
         check_asha(configs, space.search.scheduler)
     return configs
-
-
-#: At most this many combinations of the parameters' candidate values are validated together at load time
-#: (:func:`_validate_combinations`; about 11 ms each); a larger space is checked value by value only.
-COMBINATIONS_CHECKED = 64
-
-
-def _combinations(parameters: dict[str, Distribution]) -> list[dict]:
-    """Every combination of the parameters' candidate values (:attr:`Distribution.candidates`: a range's bounds,
-    every option of a choice or grid), a parameter left out where its ``when`` does not hold; [] when there are
-    more than :data:`COMBINATIONS_CHECKED`."""
-    combos: list[dict] = [{}]
-    for key, dist in parameters.items():  # in dependency order: conditions before what they condition
-        grown = []
-        for combo in combos:
-            grown += [{**combo, key: value} for value in dist.candidates] if dist.applies(combo) else [combo]
-            if len(grown) > COMBINATIONS_CHECKED:
-                return []
-        combos = grown
-    return combos
-
-
-def _validate_combinations(space: SearchSpace, check: ConfigCheck) -> list:
-    """Values valid one by one can be invalid together (``clients.num_clients: [4, 10]`` with
-    ``clients.clients_per_round: [4, 8]``): every combination of candidate values (up to
-    :data:`COMBINATIONS_CHECKED`) passes validation, or one line names the smallest set of them that fails, before
-    anything is started or written. Returns the configurations tried."""
-    if len(space.parameters) < 2:
-        return []
-    configs = []
-    for combo in _combinations(space.parameters):
-        config, error = _validated(space, check, combo)
-        if error is None:
-            configs.append(config)
-            continue
-        # the smallest failing set: drop each value the same failure does not need (a dropped key takes the base's
-        # value, which may be no candidate: only a failure on the same field counts)
-        for key in list(combo):
-            smaller = {k: v for k, v in combo.items() if k != key}
-            if len(smaller) < 2 or not all(space.parameters[k].applies(smaller) for k in smaller):
-                continue
-            _, again = _validated(space, check, smaller)
-            if again is not None and again.field == error.field:
-                combo, error = smaller, again
-        named = [k for k in combo
-                 if error.field == k or error.field.startswith(k + ".") or k.startswith(error.field + ".")]
-        first = named[0] if named else next(iter(combo))
-        together = ", ".join(f"{k}={_scalar(v)}" for k, v in combo.items() if k != first)
-        raise ConfigError(f"parameters.{first}", f"value {combo[first]!r} is invalid together with {together}: "
-                                                 f"{error}")
-    return configs
-
-
-def _validated(space: SearchSpace, check: ConfigCheck, params: dict) -> tuple[Optional[ExperimentConfig],
-                                                                              Optional[ConfigError]]:
-    """``params`` on the space's base: (its config, None) when it passes validation, else (None, the error)."""
-    try:
-        config = space.trial_config(params)
-        check(config)
-    except ConfigError as err:
-        return None, err
-    return config, None
 
 
 def load_reference(name: str, preset: Optional[str] = None) -> Optional[Reference]:

@@ -192,17 +192,18 @@ REFUSED_BY_THE_DATA = {
 }
 
 
-@pytest.mark.parametrize("cells", [False, True], ids=["one study", "scenario cells"])
-def test_bad_input_only_the_trials_can_find_exits_2_with_its_line(cells, ray_local, tracking_uri, tmp_path, capsys):
+def test_bad_input_only_the_trials_can_find_exits_2_with_its_line_in_every_cell(ray_local, tracking_uri, tmp_path,
+                                                                                 capsys):
     """A value the data refuse (a seeded Dirichlet draw, found only as a trial partitions the data) fails every
-    trial: the sweep ends with its one line and exit 2, as bad input found at load does (it exited 1), every run
-    closed. Real Ray, real MLflow."""
+    trial of every scenario cell: the sweep ends with its one line and exit 2, as bad input found at load does (it
+    exited 1), every run closed. Real Ray, real MLflow. (One study: ``test_sweep.py::
+    test_failed_trial_is_marked_failed``.)"""
     import yaml
 
     from platform.sweep.command import main
     from tests.conftest import mlflow_runs
 
-    space = dict(REFUSED_BY_THE_DATA, scenarios={"clients.lr": [0.05, 0.1]}) if cells else REFUSED_BY_THE_DATA
+    space = dict(REFUSED_BY_THE_DATA, scenarios={"clients.lr": [0.05, 0.1]})
     path = tmp_path / "refused.yaml"
     path.write_text(yaml.safe_dump(space))
     code = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune"),
@@ -212,4 +213,4 @@ def test_bad_input_only_the_trials_can_find_exits_2_with_its_line(cells, ray_loc
     assert lines[-1] == ("error: partition.min_share: no Dirichlet draw gave every client a share > 0.9 after 10000 "
                          "tries; lower it or raise alpha (every trial failed on it)")
     _, runs = mlflow_runs(tracking_uri, "refused")
-    assert len(runs) == (3 if cells else 2) and all(r.info.status == "FAILED" for r in runs)
+    assert len(runs) == 3 and all(r.info.status == "FAILED" for r in runs)

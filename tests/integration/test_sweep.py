@@ -51,7 +51,9 @@ def test_grid_with_conditional_parameter_and_seeds(ray_local, tracking_uri, tmp_
 
 
 def test_failed_trial_is_marked_failed(ray_local, tracking_uri, tmp_path, capsys):
-    """A trial that raises ends FAILED in MLflow with status tag 'failed'; the sweep exits non-zero."""
+    """A trial that raises ends FAILED in MLflow with status tag 'failed'. Here it raises a ConfigError (bad input
+    only the trial can find): every trial failed on it, so the sweep ends with its line and exit 2, as bad input
+    found at load does."""
     from platform.sweep.command import main
 
     space = dict(FAST_SPACE)
@@ -65,7 +67,10 @@ def test_failed_trial_is_marked_failed(ray_local, tracking_uri, tmp_path, capsys
     path.write_text(yaml.safe_dump(space))
     rc = main([str(path), "--tracking-uri", tracking_uri, "--storage-path", str(tmp_path / "tune")])
     captured = capsys.readouterr()
-    assert rc == 1
+    assert rc == 2
+    assert captured.err.strip().splitlines()[-1] == (
+        "error: partition.min_share: no Dirichlet draw gave every client a share > 0.99 after 10000 tries; lower it "
+        "or raise alpha (every trial failed on it)")
     _, runs = mlflow_runs(tracking_uri, "broken")
     statuses = sorted((r.info.status, r.data.tags.get("status")) for r in runs)
     assert statuses == [("FAILED", "failed"), ("FAILED", "failed")]
