@@ -76,15 +76,19 @@ def start_federations(config, seeds: list[int], shared: SharedData | None = None
     placement = current_placement(len(seeds))
     if placement is None:  # outside Tune (platform.run): a placement group of our own
         placement = own_placement(config.resources, len(seeds))
-        ray.get(placement.placement_group.ready())
-    if shared is None or not shared.serves(config):
-        shared = share_dataset(config, cache=cache)  # once for all seeds
-    federations = [Federation(c, placement, shared, wait=False, lazy_clients=lazy_clients, warm=warm, cache=cache)
-                   for c in replicate_over_seeds(config, seeds)]
-    try:
+    federations: list[Federation] = []
+    try:  # whatever fails (the data refused, an actor that cannot start), nothing is left holding resources
+        if placement.owned:
+            ray.get(placement.placement_group.ready())
+        if shared is None or not shared.serves(config):
+            shared = share_dataset(config, cache=cache)  # once for all seeds
+        for c in replicate_over_seeds(config, seeds):
+            federations.append(Federation(c, placement, shared, wait=False, lazy_clients=lazy_clients, warm=warm,
+                                          cache=cache))
         ray.get([ref for f in federations for ref in f.ready_refs])
     except BaseException:
         stop_federations(federations)
+        placement.release()  # ours (outside Tune) even when no federation was built; Tune's is Tune's
         raise
     return federations
 
