@@ -16,6 +16,12 @@ def scalar_text(value: Any) -> str:
     return str(value)
 
 
+def keys_naming(keys, field: str) -> list:
+    """The config keys among ``keys`` that a ConfigError on ``field`` is about: the field itself, a key above it
+    (``algorithm`` for ``algorithm.mu``) or below it."""
+    return [k for k in keys if field == k or field.startswith(k + ".") or k.startswith(field + ".")]
+
+
 #: At most this many combinations of the parameters' candidate values are validated together at load time
 #: (:func:`validate_combinations`; about 11 ms each); a larger space is checked value by value only.
 COMBINATIONS_CHECKED = 64
@@ -58,8 +64,7 @@ def validate_combinations(space, check: Callable) -> list:
             _, again = _validated(space, check, smaller)
             if again is not None and again.field == error.field:
                 combo, error = smaller, again
-        named = [k for k in combo
-                 if error.field == k or error.field.startswith(k + ".") or k.startswith(error.field + ".")]
+        named = keys_naming(combo, error.field)
         first = named[0] if named else next(iter(combo))
         together = ", ".join(f"{k}={scalar_text(v)}" for k, v in combo.items() if k != first)
         raise ConfigError(f"parameters.{first}", f"value {combo[first]!r} is invalid together with {together}: "

@@ -62,7 +62,7 @@ from platform.config.experiment import ExperimentConfig, apply_overrides, build_
 from platform.config.trials import asha_rungs, grid_points  # noqa: F401 - where the sweep has always found them
 from platform.config.trials import check_asha, fit_grace_period, sample_flags
 from platform.config.combinations import scalar_text as _scalar
-from platform.config.combinations import validate_combinations
+from platform.config.combinations import keys_naming, validate_combinations
 from platform.config.presets import Preset
 from platform.config.space_files import (SECTIONS, available_search_spaces, find_search_space, read_search_space,
                                          search_space_dirs)
@@ -445,7 +445,7 @@ def _validate_cells(space: SearchSpace, check: ConfigCheck) -> list:
             cell_base = cell_space.trial_config({})
             check(cell_base)
         except ConfigError as err:
-            keys = [k for k in cell if err.field == k or err.field.startswith(k + ".") or k.startswith(err.field + ".")]
+            keys = keys_naming(cell, err.field)
             key = keys[0] if keys else (next(iter(cell)) if len(cell) == 1 else None)
             if key is not None:
                 raise ConfigError(f"scenarios.{key}", f"value {cell[key]!r} is invalid"
