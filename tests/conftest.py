@@ -44,6 +44,14 @@ settings.register_profile(
 settings.load_profile(os.environ.get("FEDSWEEP_HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the marks
+def pytest_collection_modifyitems(config, items):
+    """A test that trains to an accuracy target (``learning``) belongs to the slow tier, marked or not."""
+    for item in items:
+        if item.get_closest_marker("learning") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
 def _defines_a_shared_fixture(path: str) -> bool:
     """True if the test module at ``path`` (relative to the repository) declares ``@pytest.fixture(scope="module")``
     (or ``"package"``): read, not imported (the controller imports no test module)."""

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import REPO_ROOT, mlflow_runs, process_cmdlines
 from tests.e2e.conftest import worker_raylet
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_a_sweep_survives_the_loss_of_a_worker_node(cluster, tmp_path):

@@ -15,7 +15,7 @@ import yaml
 
 from tests.conftest import mlflow_runs
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 BASE = {"dataset": {"name": "digits"}, "partition": {"kind": "dirichlet", "alpha": 0.5}, "model": {"name": "cnn"},
         "algorithm": {"name": "fedavg"},

@@ -10,7 +10,7 @@ import yaml
 from benchmarks.driver_memory import SPACE
 from tests.conftest import REPO_ROOT, mlflow_runs
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TRIALS = 150
 
 

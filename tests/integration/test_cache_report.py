@@ -2,6 +2,7 @@
 stderr (a ``.err`` log no one reads). Now the driver's console shows one line naming the entry, and the trial's MLflow
 run carries it (tag ``fedsweep.cache_corrupt``, metric ``cache_corrupt_entries``); the entry is recomputed, the
 trial completes, and no run is left RUNNING. Real Ray, real MLflow (SQLite), a real damaged file."""
+import pytest
 import yaml
 
 from tests.conftest import mlflow_runs
@@ -64,6 +65,7 @@ def test_a_corrupt_entry_read_in_a_trial_reaches_the_console_and_mlflow(ray_loca
     assert children[1].data.tags["status"] == "completed" and children[1].data.metrics["client_stage_cached"] == 0
 
 
+@pytest.mark.slow
 def test_a_corrupt_entry_read_on_the_driver_reaches_the_parent_run(ray_local, tracking_uri, tmp_path, capsys):
     """The crop pool of a source image is built on the driver, before any trial (``share_dataset``): a corrupt
     entry found there was a console line only. Now the sweep's parent run carries it too (tag and count)."""

@@ -3,6 +3,10 @@ real stores. Without the store lock one of them fails creating the schema ("tabl
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a race between whole sweep processes: the slow tier
+
 FIRST_USE = """
 import sys
 from platform.sweep.optuna_store import StudyRecorder

@@ -2,6 +2,7 @@
 Dirichlet α, seeds 1–10 that also seed the partition, selected on val_accuracy; and a tiny copy of it, run with real
 Ray Tune, Optuna and MLflow, reports one best β per α."""
 
+import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT, check_best_per_cell, mlflow_runs, run_tiny_sweep
@@ -66,6 +67,7 @@ def test_the_continuation_differs_only_in_beta():
     assert len(space.cells()) == 4 and space.seeds == SEEDS and space.search.metric == "val_accuracy"
 
 
+@pytest.mark.slow
 def test_a_tiny_feded_beta_reports_one_best_beta_per_alpha(ray_local, one_torch_thread, tracking_uri, tmp_path,
                                                            capsys):
     alphas, betas = [10.0, 0.01], [1, 6]

@@ -208,6 +208,7 @@ def test_personalised_method_keeps_state_and_reports_client_metrics(personal_his
     assert history[-1]["client_val_accuracy"] > history[0]["client_val_accuracy"]
 
 
+@pytest.mark.slow
 def test_personalised_state_survives_checkpoint_restore_and_a_killed_actor(ray_local, tmp_path):
     config = _personal_config(resources={"cpu": 2})
     reference = _run(config)

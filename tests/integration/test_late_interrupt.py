@@ -6,10 +6,13 @@ agree. A real SIGINT to a real sweep process (its own local Ray, its own SQLite 
 import json
 import signal
 
+import pytest
 import yaml
 
 from tests.conftest import mlflow_runs
 from tests.integration.test_sweep import _sweep_until
+
+pytestmark = pytest.mark.slow  # a signal case: the slow tier
 
 TINY = {"description": "one trial, one round",
         "base": {"dataset": {"name": "digits"}, "partition": {"kind": "iid"}, "model": {"name": "cnn"},

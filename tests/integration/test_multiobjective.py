@@ -3,6 +3,7 @@ import json
 import math
 import warnings
 
+import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT, mlflow_runs, run_cli
@@ -86,6 +87,7 @@ def test_grid_multiobjective_logs_the_pareto_front(ray_local, tracking_uri, tmp_
     assert printed == sorted(printed, reverse=True)  # the front by val_accuracy, its first objective
 
 
+@pytest.mark.slow
 def test_scenario_cells_rank_each_front_first(ray_local, tracking_uri, tmp_path, capsys):
     """With scenario cells, each cell ranks its own trials (1 = the first of its front, in the order the console
     prints the front); the MLflow view sorts by that rank."""
@@ -114,6 +116,7 @@ def test_scenario_cells_rank_each_front_first(ray_local, tracking_uri, tmp_path,
         assert v1 >= v2  # one front: by val_accuracy, its first objective; two layers: rank 1 dominates
 
 
+@pytest.mark.slow
 def test_tpe_multiobjective_runs(ray_local, tracking_uri, tmp_path, capsys):
     from platform.sweep.command import main
 
@@ -141,6 +144,7 @@ def test_asha_with_two_metrics_is_refused(tmp_path):
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "tune").exists()  # nothing written
 
 
+@pytest.mark.slow
 def test_fedaux_dp_epsilon_infinity_is_the_non_private_end_not_a_divergence(ray_local, tracking_uri, tmp_path,
                                                                            capsys):
     """Issue 33: in a fedaux_dp sweep with ε ∈ {0.4, ∞} no trial is diverged; ε = ∞ is on the front as "∞" (± 0 over

@@ -3,6 +3,8 @@ their sizes), scaled down by ``--set`` to fit CI, on the CPU: ``platform.run`` o
 preset as a whole sweep with its report."""
 import pytest
 
+pytestmark = pytest.mark.slow  # paper presets on stand-in data: the slow tier
+
 FRACTION = ["--set", "stand_in_fraction=0.01", "--set", "resources.gpu=0", "--set", "resources.cpu=1"]
 # What each preset is scaled down by: rounds, local epochs, pools and distillation steps (the settings stay the paper's)
 SCALE = {

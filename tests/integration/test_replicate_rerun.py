@@ -4,6 +4,8 @@ runner-up is below the seeds' standard error is said to be within noise."""
 import re
 import shlex
 
+import pytest
+
 from tests.conftest import mlflow_runs
 
 SPACE = {
@@ -22,6 +24,7 @@ SPACE = {
 COMPARED = ("val_accuracy", "test_accuracy", "val_loss", "test_loss")
 
 
+@pytest.mark.slow
 def test_the_rerun_line_with_a_seed_reproduces_that_replicate(ray_local, tmp_path, tracking_uri, capsys):
     import yaml
 

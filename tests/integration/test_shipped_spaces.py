@@ -146,6 +146,7 @@ def test_single_image_arms_are_cells_with_their_own_knobs():
     assert space.search.metric == "val_accuracy" and space.search.searcher == "tpe"
 
 
+@pytest.mark.slow
 def test_a_tiny_fedpa_sweep_reports_one_best_rho_per_burn_in(ray_local, one_torch_thread, tracking_uri, tmp_path,
                                                             capsys):
     burn_ins, rhos = [1, 2], [0.0, 0.1]

@@ -3,6 +3,7 @@ shared, per-round selection metrics, reproducibility, heterogeneous server model
 import math
 
 import numpy as np
+import pytest
 import ray
 
 from platform.stages.cache import open_cache
@@ -70,6 +71,7 @@ def test_heterogeneous_server_models_each_distilled(ray_local):
         assert m["distill_steps"] == 10
 
 
+@pytest.mark.slow
 def test_checkpoint_restore_continues_with_the_same_selection(ray_local, tmp_path):
     config = _config(rounds=4)
     feds = start_federations(config, [config.seed])

@@ -94,6 +94,7 @@ def test_failed_trial_is_marked_failed(ray_local, tracking_uri, tmp_path, capsys
     assert error_file.read_text().count("Failure # ") == 1  # Tune ran the trial once
 
 
+@pytest.mark.slow
 def test_a_long_study_runs_as_several_tune_experiments(ray_local, tracking_uri, tmp_path, capsys):
     """search.trials_per_experiment 2, 5 trials: three Tune experiments, one study: each trial one run, numbered
     on, new draws in every experiment, the best chosen among all five."""
@@ -180,6 +181,7 @@ def test_trial_stopped_by_asha_is_tagged_with_its_round(ray_local, tracking_uri,
     assert states == {0.05: optuna.trial.TrialState.COMPLETE, 0.00001: optuna.trial.TrialState.PRUNED}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_late_interrupt_is_reported_as_interrupted(tracking_uri, tmp_path, signum):
     """Ctrl-C (or SIGTERM) once every trial has started: exit 130, the resume hint, the parent KILLED with status
@@ -204,6 +206,7 @@ def test_a_late_interrupt_is_reported_as_interrupted(tracking_uri, tmp_path, sig
     assert [(c.info.status, c.data.tags["status"]) for c in children] == [("KILLED", "interrupted")]
 
 
+@pytest.mark.slow
 def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tracking_uri, tmp_path):
     """kill -9 of the sweep's driver mid-trial, then --resume: each Tune trial has exactly one child run (a trial
     the restored state did not know continues the run it had), every run ends, and none is left RUNNING."""
@@ -241,6 +244,7 @@ def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tracking_ur
                for c in children if c not in finished)  # a trial Tune had not saved: its run closed, not left
 
 
+@pytest.mark.slow
 def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_local, tracking_uri, tmp_path,
                                                                            capsys, monkeypatch):
     """kill -9 of a trial's own process mid-trial (a node or worker lost): Tune runs it again from its last

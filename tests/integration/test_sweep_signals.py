@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT, mlflow_runs, process_cmdlines, process_running, run_cli
@@ -102,6 +103,7 @@ def test_sigterm_while_ray_starts_ends_the_command_with_nothing_left(tmp_path):
         assert sum("continue with:" in line for line in out.splitlines()) == 1, out[-3000:]
 
 
+@pytest.mark.slow
 def test_a_trial_restored_under_a_new_id_after_kill_9_keeps_its_run(tmp_path):
     """Issue 34 item 3: kill -9 of the driver just after trials start, then --resume. Tune restores a trial it had
     not saved under a new trial id; before, that trial got a second child run beside the first driver's (6 runs for a
@@ -135,6 +137,7 @@ def test_a_trial_restored_under_a_new_id_after_kill_9_keeps_its_run(tmp_path):
     assert (parent.info.status, parent.data.tags["status"]) == ("FINISHED", "completed")
 
 
+@pytest.mark.slow
 def test_repair_leaves_a_live_resumed_sweep_alone(tmp_path):
     """Issue 34 item 4: kill -9, then --resume, then --repair while the resumed sweep runs. Before, the parent kept
     the dead first driver's id, so --repair closed the live sweep's parent as interrupted. The resumed driver is held
