@@ -206,6 +206,11 @@ class ServerConfig:
                                         "(stratified, seeded by the partition seed; never from the test set). "
                                         "val_accuracy/val_loss are measured on it, and sweeps select on them. "
                                         "0 = no split (then val_* metrics are not reported).", ge=0, lt=1)
+    val_source: str = spec("train", doc="Where the server's validation split comes from: 'train' (the training "
+                                        "pool, before the partition) or 'test' (the test split, whose rest stays "
+                                        "held out for test_*): for papers that validate on the test split and give "
+                                        "the clients the whole training set, so the clients keep the cited sizes.",
+                           choices=("train", "test"))
 
 
 @dataclass(frozen=True)

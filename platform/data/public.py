@@ -112,6 +112,31 @@ def _take(pool_n: int, size: Optional[int], what: str, path: str) -> int:
     return size
 
 
+def train_split_indices(n: int, cfg: PublicDataConfig, seed: int, path: str = "public") -> tuple[np.ndarray, np.ndarray]:
+    """Source ``train_split`` of a training set of ``n`` samples: (the public pool's indices, the clients' local
+    indices, sorted). The pool is ⌊fraction·n⌋ samples, of which the first ``size`` are taken (ConfigError on
+    ``<path>.size`` when the pool is smaller)."""
+    pool_n = int(n * cfg.fraction)
+    if cfg.split == "first_half":
+        pool, local = np.arange(pool_n), np.arange(pool_n, n)
+    else:
+        perm = np.random.default_rng(seed).permutation(n)
+        pool, local = perm[:pool_n], np.sort(perm[pool_n:])
+    size = _take(pool_n, cfg.size, f"the pool holds {cfg.fraction:g} of {n} training samples", path)
+    return pool[:size], local
+
+
+def public_splits(cfg: PublicDataConfig) -> tuple[str, ...]:
+    """The splits of the public dataset that source ``dataset`` reads (``train+test``: both)."""
+    return ("train", "test") if cfg.dataset_split == "train+test" else (cfg.dataset_split,)
+
+
+def public_dataset_take(total: int, cfg: PublicDataConfig, path: str = "public") -> int:
+    """How many of a public dataset's ``total`` images source ``dataset`` takes (ConfigError on ``<path>.size``
+    when it holds fewer)."""
+    return _take(total, cfg.size, f"{cfg.dataset} {cfg.dataset_split} holds {total} images", path)
+
+
 @dataclass(frozen=True)
 class PublicSplit:
     """What :func:`take_public` returns: the clients' local training set, the public inputs (float32, no labels)
@@ -161,15 +186,8 @@ def _split_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset
     if cfg.source == "none":
         return train, np.empty((0, *train.input_shape), dtype=np.float32)
     if cfg.source == "train_split":
-        n = len(train)
-        pool_n = int(n * cfg.fraction)
-        if cfg.split == "first_half":
-            pool, local = np.arange(pool_n), np.arange(pool_n, n)
-        else:
-            perm = np.random.default_rng(seed).permutation(n)
-            pool, local = perm[:pool_n], np.sort(perm[pool_n:])
-        size = _take(pool_n, cfg.size, f"the pool holds {cfg.fraction:g} of {n} training samples", path)
-        return _subset(train, local), np.ascontiguousarray(train.x[pool[:size]])
+        pool, local = train_split_indices(len(train), cfg, seed, path)
+        return _subset(train, local), np.ascontiguousarray(train.x[pool])
     # source == "dataset"
     if train.x.ndim != 4:
         raise ConfigError(f"{path}.source", f"public images need image training data; {dataset_cfg.name} is "
@@ -177,10 +195,9 @@ def _split_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset
     check_public_available(cfg, dataset_cfg, path)
     pub = _public_dataset_cfg(cfg, dataset_cfg)
     field = f"{path}.root" if cfg.root is not None else "dataset.root"
-    splits = ("train", "test") if cfg.dataset_split == "train+test" else (cfg.dataset_split,)
-    raws = [read_split(cfg.dataset, pub.root, s, pub.download, pub, field=field).x for s in splits]
+    raws = [read_split(cfg.dataset, pub.root, s, pub.download, pub, field=field).x for s in public_splits(cfg)]
     total = sum(len(r) for r in raws)
-    size = _take(total, cfg.size, f"{cfg.dataset} {cfg.dataset_split} holds {total} images", path)
+    size = public_dataset_take(total, cfg, path)
     if cfg.split == "first_half" and len(raws) == 1:
         picked = raws[0][:size]  # a view: no copy of e.g. STL-10's 100k unlabelled images
     else:

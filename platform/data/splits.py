@@ -9,6 +9,7 @@ from typing import Optional
 
 import numpy as np
 
+from platform.data.partition import partition_clients
 from platform.errors import ConfigError
 
 
@@ -231,3 +232,19 @@ def split_fractions(cfg) -> dict[str, float]:
     train = 1 − val_fraction − test_fraction; pass the result to :func:`split_clients`.
     """
     return {"train": 1.0 - cfg.val_fraction - cfg.test_fraction, "val": cfg.val_fraction, "test": cfg.test_fraction}
+
+
+def client_index_splits(labels: np.ndarray, cfg, num_clients: int, partition_seed: int, split_seed: int,
+                        groups: Optional[np.ndarray] = None, coarse_labels: Optional[np.ndarray] = None
+                        ) -> tuple[list, Optional[list], Optional[list]]:
+    """Every client's training indices (the partition of ``labels``) and, with ``cfg.val_fraction`` or
+    ``test_fraction`` > 0, its own validation and test indices (None where the fraction is 0): each client's data
+    split by :func:`split_clients`, stratified by label, seeded by ``split_seed``. The run
+    (``platform.runtime.federation.client_splits``) and the dry run's data plan both call this."""
+    parts = partition_clients(labels, cfg, num_clients, partition_seed, groups, coarse_labels)
+    if cfg.val_fraction == 0 and cfg.test_fraction == 0:
+        return parts, None, None
+    split = split_clients(parts, split_fractions(cfg), split_seed, labels=labels)
+    return ([s["train"] for s in split], [s["val"] for s in split] if cfg.val_fraction > 0 else None,
+            [s["test"] for s in split] if cfg.test_fraction > 0 else None)
+

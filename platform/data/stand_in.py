@@ -171,6 +171,33 @@ def _add_noise(out: np.ndarray, rng: np.random.Generator) -> None:
         part += nibbles.view(np.uint8)[:m * half].reshape(m, half)
 
 
+def _chunk_rng(name: str, variant: Optional[str], split: str, start: int) -> np.random.Generator:
+    """The generator of the chunk that begins at sample ``start`` of a split."""
+    return np.random.default_rng(_seed(name, variant or "", split, start // CHUNK))
+
+
+def _chunk_labels(rng: np.random.Generator, m: int, spec: StandInSpec) -> np.ndarray:
+    """A chunk's labels: its generator's first draw, over a full chunk, so a shorter (fraction) split is a prefix of
+    the full one."""
+    return rng.permutation(np.arange(CHUNK) % spec.num_classes)[:m]
+
+
+def generate_labels(name: str, split: str, variant: Optional[str] = None, fraction: float = 1.0):
+    """The labels :func:`generate_split` gives the same split, without its images: ``(y, num_classes, coarse_y)``
+    (y and coarse_y None for an unlabelled split). Milliseconds, for plans that need only sizes and labels."""
+    spec = spec_of(name, variant)
+    if split not in spec.sizes:
+        raise ValueError(f"{name} has no split {split!r}; it has {', '.join(spec.sizes)}")
+    n = split_size(name, split, variant, fraction)
+    if split in spec.unlabeled:
+        return None, spec.num_classes, None
+    y = np.empty(n, dtype=np.int64)
+    for start in range(0, n, CHUNK):
+        y[start:start + CHUNK] = _chunk_labels(_chunk_rng(name, variant, split, start), min(CHUNK, n - start), spec)
+    coarse_y = None if spec.coarse is None else np.asarray(spec.coarse, dtype=np.int64)[y]
+    return y, spec.num_classes, coarse_y
+
+
 def generate_split(name: str, split: str, variant: Optional[str] = None, fraction: float = 1.0):
     """Stand-in images of one split: ``(x, y, num_classes, coarse_y)`` as the real reader returns them (uint8
     N×C×H×W, int64 labels or None, the number of classes, CIFAR-100's coarse labels or None); see the module doc.
@@ -186,10 +213,8 @@ def generate_split(name: str, split: str, variant: Optional[str] = None, fractio
     x = np.empty((n, dim), dtype=np.uint8)
     y = np.empty(n, dtype=np.int64)
     for start in range(0, n, CHUNK):
-        rng = np.random.default_rng(_seed(name, variant or "", split, start // CHUNK))
-        m = min(CHUNK, n - start)
-        # full-chunk draws first, so a shorter (fraction) split is a prefix of the full one
-        labels = rng.permutation(np.arange(CHUNK) % spec.num_classes)[:m]
+        rng, m = _chunk_rng(name, variant, split, start), min(CHUNK, n - start)
+        labels = _chunk_labels(rng, m, spec)
         shifts = rng.integers(0, per_class, CHUNK)[:m]
         out = x[start:start + m]
         np.take(table, labels * per_class + shifts, axis=0, out=out, mode="clip")  # "raise" would buffer

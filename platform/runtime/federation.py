@@ -19,19 +19,19 @@ import ray
 import torch
 
 from algorithms import resolve_algorithm
-from platform.data import load_dataset, partition_clients, server_validation_split, split_clients, split_fractions
+from platform.data import load_dataset, server_validation_split
+from platform.data.splits import client_index_splits
 from platform.data.public import _subset, take_public
 from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted
 from platform.runtime.actors import ClientPool, ParameterServer, RoundResult
 from platform.runtime.placement import (Placement, SLIVER_CPU, client_bundle, pool_size, server_bundle, server_threads,
                                         torch_threads)
 from platform.runtime.pretrain import PretrainNotPrepared, architectures_of, pretrained_key
-from platform.runtime.seeding import derived_seed, sample_clients
+from platform.runtime.seeding import client_split_seed, sample_clients
 from platform.runtime.shards import ClientShards, ClientSplits
 
 RemoteParameterServer = ray.remote(ParameterServer)
 RemoteClientPool = ray.remote(ClientPool)
-CLIENT_SPLIT_KEY = 0x5B17  # the per-client train/val/test split's stream, derived from the partition seed
 
 
 @dataclass(frozen=True)
@@ -49,19 +49,21 @@ class SharedData:
     public: object = None  # the PublicDataConfig the public split came from
     public_ref: Optional[ray.ObjectRef] = None  # unlabelled public inputs (NumPy), if the config asks for them
     val_fraction: float = 0.0  # server.val_fraction the server's validation split was taken with
-    val_ref: Optional[ray.ObjectRef] = None  # the server's validation split (x, y), from the training pool
+    val_ref: Optional[ray.ObjectRef] = None  # the server's validation split (x, y)
     # Pre-trained feature extractors (platform.runtime.pretrain), put in the object store once by the driver:
     # (architecture, init seed, PretrainConfig) -> ObjectRef of the features state_dict.
     pretrained: Optional[dict] = None
     # public.source image: the pool's first crops, uint8 [<=64, 3, S, S], for the logged grid (public/patches.png)
     public_samples: Optional[np.ndarray] = None
     split_seed: Optional[int] = None  # seeds.split the public and validation splits were taken with
+    val_source: str = "train"  # server.val_source: the split the validation split was taken from
 
     def serves(self, config) -> bool:
         """Whether this data serves ``config``: the same dataset, public pool and validation split, and, when
         ``config`` pre-trains, every (architecture, seed) it needs prepared."""
         return (self.dataset == config.dataset and self.public == config.public
-                and self.val_fraction == config.server.val_fraction and (self.split_seed == config.split_seed() or (self.val_ref is None and self.public_ref is None))
+                and self.val_fraction == config.server.val_fraction and self.val_source == config.server.val_source
+                and (self.split_seed == config.split_seed() or (self.val_ref is None and self.public_ref is None))
                 and self.missing_pretrained(config) == [])
 
     def missing_pretrained(self, config) -> list[str]:
@@ -115,7 +117,11 @@ def load_shared_data(config, cache=None) -> LocalData:
         split = take_public(train, config.public, config.split_seed(), config.dataset, cache=cache)
         train, public_x, samples = split.local, split.x, split.samples
         del split
-    if config.server.val_fraction > 0:
+    if config.server.val_fraction > 0 and config.server.val_source == "test":  # the test split's rest stays held out
+        keep, held = server_validation_split(test.y, config.server.val_fraction, config.split_seed())
+        val = (np.ascontiguousarray(test.x[held]), test.y[held])
+        test = _subset(test, keep)
+    elif config.server.val_fraction > 0:
         keep, held = server_validation_split(train.y, config.server.val_fraction, config.split_seed())
         val = (np.ascontiguousarray(train.x[held]), train.y[held])
         train = _subset(train, keep)
@@ -131,7 +137,8 @@ def share_dataset(config, cache=None, loaded: Optional[LocalData] = None) -> Sha
     val_ref = None if data.val is None else ray.put(data.val)
     return SharedData(config.dataset, ray.put((train.x, train.y)), ray.put((data.test.x, data.test.y)), train.y,
                       train.input_shape, train.num_classes, train.groups, train.coarse_y, config.public, public_ref,
-                      config.server.val_fraction, val_ref, public_samples=data.public_samples,
+                      config.server.val_fraction, val_ref, val_source=config.server.val_source,
+                      public_samples=data.public_samples,
                       split_seed=config.split_seed())
 
 
@@ -480,16 +487,11 @@ def client_splits(config, data: SharedData) -> ClientSplits:
     """Every client's training indices (the partition) and, with ``partition.val_fraction`` or
     ``test_fraction`` > 0, its own validation and test indices: each client's data split stratified by label,
     seeded by the partition seed (its own stream), so the splits are the same in every trial."""
-    parts = partition_clients(data.train_labels, config.partition, config.clients.num_clients,
-                              config.stream_seed("partition"), data.train_groups, data.train_coarse_labels)
-    p = config.partition
-    if p.val_fraction == 0 and p.test_fraction == 0:
-        return ClientSplits(ClientShards.from_parts(parts))
-    split = split_clients(parts, split_fractions(p), derived_seed(config.stream_seed("partition"), CLIENT_SPLIT_KEY),
-                          labels=data.train_labels)
-    return ClientSplits(ClientShards.from_parts([s["train"] for s in split]),
-                        ClientShards.from_parts([s["val"] for s in split]) if p.val_fraction > 0 else None,
-                        ClientShards.from_parts([s["test"] for s in split]) if p.test_fraction > 0 else None)
+    train, val, test = client_index_splits(data.train_labels, config.partition, config.clients.num_clients,
+                                           config.stream_seed("partition"), client_split_seed(config),
+                                           data.train_groups, data.train_coarse_labels)
+    return ClientSplits(ClientShards.from_parts(train), None if val is None else ClientShards.from_parts(val),
+                        None if test is None else ClientShards.from_parts(test))
 
 
 ONE_ROUND_STAGE = "one_round_clients"
@@ -502,6 +504,7 @@ def one_round_stage_fields(config) -> dict:
     fields = {k: v for k, v in flat.items() if k.startswith(_UPSTREAM_SECTIONS)}
     fields["seed"] = config.seed
     fields["server.val_fraction"] = config.server.val_fraction  # the server's split shrinks the clients' pool
+    fields["server.val_source"] = config.server.val_source  # ... unless it comes from the test split
     algorithm = resolve_algorithm(config.algorithm.name)(config.algorithm.params)
     fields.update({f"algorithm.client.{k}": v for k, v in algorithm.client_stage_fields().items()})
     return fields

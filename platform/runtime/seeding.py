@@ -12,6 +12,14 @@ def derived_seed(*keys: int) -> int:
     return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
 
 
+CLIENT_SPLIT_KEY = 0x5B17  # the per-client train/val/test split's stream, derived from the partition seed
+
+
+def client_split_seed(config) -> int:
+    """The seed of every client's own train/val/test split: derived from the partition stream's seed."""
+    return derived_seed(config.stream_seed("partition"), CLIENT_SPLIT_KEY)
+
+
 def generator(*keys: int) -> torch.Generator:
     return torch.Generator().manual_seed(derived_seed(*keys))
 

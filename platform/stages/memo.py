@@ -24,7 +24,7 @@ def memo_fields(config, client_id: Optional[int]) -> dict[str, Any]:
     fields.update({"seed": config.seed, "seeds.partition": config.stream_seed("partition"),
                    "seeds.split": config.split_seed(),
                    "seeds.init": config.seeds.init,
-                   "server.val_fraction": config.server.val_fraction,
+                   "server.val_fraction": config.server.val_fraction, "server.val_source": config.server.val_source,
                    "context": "server" if client_id is None else f"client {int(client_id)}"})
     return fields
 

@@ -52,7 +52,7 @@ def _same_data(shared, config) -> bool:
     """Whether ``shared`` holds ``config``'s dataset, public pool and validation split (pre-training aside:
     :func:`platform.runtime.pretrain.prepare_pretrained` adds what a cell needs)."""
     return (shared.dataset == config.dataset and shared.public == config.public
-            and shared.val_fraction == config.server.val_fraction)
+            and shared.val_fraction == config.server.val_fraction and shared.val_source == config.server.val_source)
 
 
 def _first_state(experiment: str, space) -> dict:
