@@ -112,7 +112,8 @@ def _take(pool_n: int, size: Optional[int], what: str, path: str) -> int:
     return size
 
 
-def train_split_indices(n: int, cfg: PublicDataConfig, seed: int, path: str = "public") -> tuple[np.ndarray, np.ndarray]:
+def train_split_indices(n: int, cfg: PublicDataConfig, seed: int,
+                        path: str = "public") -> tuple[np.ndarray, np.ndarray]:
     """Source ``train_split`` of a training set of ``n`` samples: (the public pool's indices, the clients' local
     indices, sorted). The pool is ⌊fraction·n⌋ samples, of which the first ``size`` are taken (ConfigError on
     ``<path>.size`` when the pool is smaller)."""

@@ -18,8 +18,11 @@ steps each way (a step is 2 pixels at 28 and 32 pixels, 6 at STL-10's 96) plus u
 pixel. So the classes are learnable but not at a glance: on MNIST at fraction 0.02 a nearest-class-mean rule gets
 about 75 % of the test split and a linear model on standardised pixels about 98 % (chance 10 %;
 ``tests/unit/test_stand_in.py`` checks the first). Labels are balanced within every chunk of :data:`CHUNK` samples
-(the real byclass/bymerge splits are not balanced; the stand-in is). Train, test and the other splits share the
-prototypes, so a model trained on one split is tested on the same classes.
+(the real byclass/bymerge splits are not balanced; the stand-in is), except where :data:`TABLE` gives the real
+samples per class: MNIST's labels are its real counts (digit 5 the rarest, 5,421 of 60,000) in a fixed order, so a
+partition that follows the labels (the FedKP thesis's class-balanced trim) gives the sizes the real files give.
+Train, test and the other splits share the prototypes, so a model trained on one split is tested on the same
+classes.
 
 **Determinism.** The prototypes depend on the dataset (and EMNIST split) only; the samples of chunk ``k`` of a split
 on (dataset, EMNIST split, split, k) only, through fixed seeds independent of every experiment seed. A split generated
@@ -50,6 +53,7 @@ deterministic smooth random RGB field of the given size; ``platform.data.patch_p
 """
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 from typing import Optional
@@ -74,6 +78,7 @@ class StandInSpec:
     num_classes: int
     unlabeled: tuple = ()  # splits without labels (STL-10 unlabeled)
     coarse: Optional[tuple] = None  # fine -> coarse label map (CIFAR-100)
+    class_counts: Optional[dict] = None  # split -> the real samples per class, where they are unequal (MNIST)
 
 
 # CIFAR-100's superclass of each fine label 0..99 (the dataset's coarse_labels; 5 fine labels per superclass).
@@ -83,8 +88,11 @@ CIFAR100_COARSE = (4, 1, 14, 8, 0, 6, 7, 7, 18, 3, 3, 14, 9, 18, 7, 11, 3, 9, 7,
                    5, 5, 8, 19, 18, 1, 2, 15, 6, 0, 17, 8, 14, 13)
 
 _MNIST_SIZES = {"train": 60_000, "test": 10_000}
+# MNIST's samples per digit 0-9 (the files' own counts; digit 5 is the rarest: 5,421 and 892)
+MNIST_CLASS_COUNTS = {"train": (5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949),
+                      "test": (980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009)}
 TABLE: dict[str, StandInSpec] = {
-    "mnist": StandInSpec(_MNIST_SIZES, 1, 28, 28, 10),
+    "mnist": StandInSpec(_MNIST_SIZES, 1, 28, 28, 10, class_counts=MNIST_CLASS_COUNTS),
     "fashion_mnist": StandInSpec(_MNIST_SIZES, 1, 28, 28, 10),
     "cifar10": StandInSpec({"train": 50_000, "test": 10_000}, 3, 32, 32, 10),
     "cifar100": StandInSpec({"train": 50_000, "test": 10_000}, 3, 32, 32, 100, coarse=CIFAR100_COARSE),
@@ -176,10 +184,26 @@ def _chunk_rng(name: str, variant: Optional[str], split: str, start: int) -> np.
     return np.random.default_rng(_seed(name, variant or "", split, start // CHUNK))
 
 
-def _chunk_labels(rng: np.random.Generator, m: int, spec: StandInSpec) -> np.ndarray:
+def _chunk_labels(rng: np.random.Generator, m: int, spec: StandInSpec, full: Optional[np.ndarray] = None,
+                  start: int = 0) -> np.ndarray:
     """A chunk's labels: its generator's first draw, over a full chunk, so a shorter (fraction) split is a prefix of
-    the full one."""
-    return rng.permutation(np.arange(CHUNK) % spec.num_classes)[:m]
+    the full one; where the real class counts are known (``full``: :func:`_full_labels`), that split's slice
+    (the draw is made all the same, so the chunk's later draws do not move)."""
+    drawn = rng.permutation(np.arange(CHUNK) % spec.num_classes)[:m]
+    return drawn if full is None else full[start:start + m]
+
+
+@functools.lru_cache(maxsize=8)
+def _full_labels(name: str, variant: Optional[str], split: str) -> Optional[np.ndarray]:
+    """The whole split's labels where the table gives its real class counts: those counts in a fixed seeded order
+    (read-only); None elsewhere (labels balanced within every chunk)."""
+    counts = (spec_of(name, variant).class_counts or {}).get(split)
+    if counts is None:
+        return None
+    labels = np.random.default_rng(_seed(name, variant or "", split, "labels")).permutation(
+        np.repeat(np.arange(len(counts), dtype=np.int64), counts))
+    labels.setflags(write=False)
+    return labels
 
 
 def generate_labels(name: str, split: str, variant: Optional[str] = None, fraction: float = 1.0):
@@ -192,8 +216,10 @@ def generate_labels(name: str, split: str, variant: Optional[str] = None, fracti
     if split in spec.unlabeled:
         return None, spec.num_classes, None
     y = np.empty(n, dtype=np.int64)
+    full = _full_labels(name, variant, split)
     for start in range(0, n, CHUNK):
-        y[start:start + CHUNK] = _chunk_labels(_chunk_rng(name, variant, split, start), min(CHUNK, n - start), spec)
+        y[start:start + CHUNK] = _chunk_labels(_chunk_rng(name, variant, split, start), min(CHUNK, n - start), spec,
+                                               full, start)
     coarse_y = None if spec.coarse is None else np.asarray(spec.coarse, dtype=np.int64)[y]
     return y, spec.num_classes, coarse_y
 
@@ -212,9 +238,10 @@ def generate_split(name: str, split: str, variant: Optional[str] = None, fractio
     dim = spec.channels * spec.height * spec.width
     x = np.empty((n, dim), dtype=np.uint8)
     y = np.empty(n, dtype=np.int64)
+    full = _full_labels(name, variant, split)
     for start in range(0, n, CHUNK):
         rng, m = _chunk_rng(name, variant, split, start), min(CHUNK, n - start)
-        labels = _chunk_labels(rng, m, spec)
+        labels = _chunk_labels(rng, m, spec, full, start)
         shifts = rng.integers(0, per_class, CHUNK)[:m]
         out = x[start:start + m]
         np.take(table, labels * per_class + shifts, axis=0, out=out, mode="clip")  # "raise" would buffer

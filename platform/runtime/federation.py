@@ -523,6 +523,7 @@ def one_round_stage(config):
     import platform.data.partition
     import platform.data.public
     import platform.data.splits
+    import platform.data.stand_in
     import platform.runtime.actors
     import platform.runtime.seeding
     import platform.runtime.shards
@@ -535,7 +536,7 @@ def one_round_stage(config):
                            *(module for name, module in sorted(vars(algorithms.models).items())
                              if inspect.ismodule(module) and module.__name__.startswith("algorithms.models.")),
                            platform.config.models, platform.data.datasets, platform.data.partition,
-                           platform.data.public, platform.data.splits, platform.runtime.actors,
+                           platform.data.public, platform.data.splits, platform.data.stand_in, platform.runtime.actors,
                            platform.runtime.seeding, platform.runtime.shards)
     return Stage(ONE_ROUND_STAGE, version, tuple(sorted(one_round_stage_fields(config))))
 

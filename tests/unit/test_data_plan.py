@@ -70,7 +70,8 @@ def test_a_partition_the_data_cannot_hold_fails_the_plan_with_the_runs_line():
     config = build_experiment({"dataset": {"name": "cifar100"}, "stand_in": True,
                                "partition": {"kind": "hierarchical_lda", "alpha": 0.1, "beta": 10.0,
                                              "samples_per_client": 100},
-                               "clients": {"num_clients": 500, "clients_per_round": 20}, "algorithm": {"name": "fedavg"}})
+                               "clients": {"num_clients": 500, "clients_per_round": 20},
+                               "algorithm": {"name": "fedavg"}})
     with pytest.raises(ConfigError) as err:
         data_plan(config)
     assert err.value.field == "partition.samples_per_client"
@@ -82,7 +83,8 @@ def test_a_validation_split_from_the_test_split_leaves_the_clients_the_whole_tra
     config = build_experiment({"dataset": {"name": "cifar100"}, "stand_in": True, "server": {"val_source": "test"},
                                "partition": {"kind": "hierarchical_lda", "alpha": 0.1, "beta": 10.0,
                                              "samples_per_client": 100},
-                               "clients": {"num_clients": 500, "clients_per_round": 20}, "algorithm": {"name": "fedavg"}})
+                               "clients": {"num_clients": 500, "clients_per_round": 20},
+                               "algorithm": {"name": "fedavg"}})
     plan = data_plan(config)
     assert plan.client_train == (100,) * 500 and plan.pool == 50_000
     assert (plan.server_val, plan.test) == (1_000, 9_000)  # 10 % of the test split, the rest held out for test_*

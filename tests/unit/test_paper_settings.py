@@ -176,8 +176,13 @@ def test_dry_run_plan_of_a_preset(name, preset):
     if (name, preset) == ("fedkp_bandwidth", "paper"):  # alpha as cells 10 and 0.1, and a FedAvg arm
         assert "algorithm.name=fedavg, partition.alpha=10.0: 1 trial(s)" in text
         assert "algorithm.name=fedavg, partition.alpha=0.1: 1 trial(s)" in text
+        # §7.2: every class trimmed to 5,400 (MNIST's rarest digit has 5,421), 540 a client; the validation split
+        # from the test split (§10.1), so no carve-out shrinks the pool (from the training pool: 480 a client)
+        assert "per client (100 clients), training samples: 540 each" in text
+        assert "server validation split 1,000 (from the test split); clients' pool 60,000" in text
     if (name, preset) == ("fedpa_shrinkage_burnin", "paper_cifar100"):  # burn-in at 1/4, 1/2, 3/4 of T = 800
         assert space.scenarios["algorithm.burnin_rounds"] == (200, 400, 600) and "rounds per trial: 800" in text
+        assert "per client (500 clients), training samples: 100 each" in text  # §7.4: all 50,000, 100 a client
 
 
 def test_the_slips_in_the_paper_presets():
