@@ -313,18 +313,29 @@ def print_learning(results: dict, as_json: bool, setting: str, verdicts: Sequenc
         print(line)
 
 
+VERDICT_SE = 2.0  # a lead counts when it is more than this many standard errors from zero
+
+
+def verdict(lead: float, se: float) -> str:
+    """The verdict on a claim from its lead (positive: the paper's direction) and that lead's standard error over
+    seeds: ``holds`` beyond VERDICT_SE standard errors in the paper's direction, ``does not hold`` beyond them the
+    other way, ``within noise`` otherwise (REPRODUCTION.md states this rule in its header; a claim the setting
+    cannot test is written "cannot be tested here", with the number that shows why, by hand)."""
+    if se is None or not se >= 0:
+        raise ValueError(f"a verdict needs the lead's standard error, got {se!r}")
+    if abs(lead) > VERDICT_SE * se:
+        return "holds" if lead > 0 else "does not hold"
+    return "within noise"
+
+
 def claim_verdict(results: dict, ours: str, other: str, claim: str, key: str = "final_val") -> str:
     """One claim's line: ``ours`` against ``other`` on the per-seed ``key`` (default: final validation accuracy),
-    their difference ± its standard error over seeds and the Welch p (platform.results.noise), and the verdict:
-    holds, does NOT hold, or within noise (the difference is not larger than its standard error)."""
+    their difference ± its standard error over seeds and the Welch p (platform.results.noise), and the
+    :func:`verdict`."""
     from platform.results.noise import lead_over
 
     lead = lead_over(results[ours][key], results[other][key], "max")
-    if lead.within_noise:
-        word = "within noise (the seeds cannot tell them apart)"
-    else:
-        word = "holds" if lead.lead > 0 else "does NOT hold"
+    word = verdict(lead.lead, lead.se) if lead.se is not None else "within noise (one seed: no spread)"
     se = f" ± {lead.se:.4f} SE" if lead.se is not None else ""
     p = f", Welch p = {lead.p:.2g}" if lead.p is not None else ""
     return f"{claim}: {ours} − {other} = {lead.lead:+.4f}{se}{p} ({key}) -> {word}"
-

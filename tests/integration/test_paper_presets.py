@@ -66,3 +66,44 @@ def test_a_paper_preset_sweeps_and_reports(ray_local, tmp_path, tracking_uri, ca
     assert rc == 0
     report = (tmp_path / "report" / "report.md").read_text()
     assert "preset `paper`" in report
+
+
+def _every_preset():
+    from platform.config.space_files import read_search_space
+
+    spaces = ("feded_beta", "mnfl_rho", "single_image_pruning", "fedaux_dp", "fedkp_bandwidth",
+              "fedpa_shrinkage_burnin")
+    return [(space, preset) for space in spaces for preset in read_search_space(space)[2]]
+
+
+@pytest.mark.parametrize("space,preset", _every_preset())
+def test_the_dry_runs_data_plan_is_what_the_run_builds_at_full_size(space, preset):
+    """Every preset of every space (secondary ones included), at its real size on stand-in data: the dry run's data
+    plan succeeds exactly where the run's data stage does (the shared data, then every client's splits, as a trial
+    builds them before it trains), with the same sizes, and fails with the same line where it fails."""
+    from types import SimpleNamespace
+
+    from platform.config.search_space import load_search_space
+    from platform.errors import ConfigError
+    from platform.preflight.data_plan import data_plan
+    from platform.runtime.federation import client_splits, load_shared_data
+
+    config = load_search_space(space, {"stand_in": True}, preset=preset).trial_config({})
+    try:
+        plan, planned = data_plan(config), None
+    except ConfigError as err:
+        plan, planned = None, str(err)
+    try:
+        data = load_shared_data(config)
+        splits = client_splits(config, SimpleNamespace(train_labels=data.train.y, train_groups=data.train.groups,
+                                                       train_coarse_labels=data.train.coarse_y))
+        built = None
+    except ConfigError as err:
+        built = str(err)
+    assert planned == built  # both succeed, or both fail with the same line
+    if plan is not None:
+        clients = range(config.clients.num_clients)
+        assert plan.client_train == tuple(len(splits.train[k]) for k in clients)
+        assert plan.pool == len(data.train) and plan.test == len(data.test)
+        assert plan.server_val == (0 if data.val is None else len(data.val[1]))
+        assert plan.public == (0 if data.public_x is None else len(data.public_x))
