@@ -188,7 +188,7 @@ def report(rows: list[dict], close: float) -> str:
                          _ms([a for a in r["agreement"] if a is not None]),
                          " ".join(f"{v:.3f}" for v in r["student_test"])] for r in rows]))
     parts.append("")
-    parts.append(f"Claims (Table 4.1) on mean student test accuracy; 'close' = the three students' means within "
+    parts.append(f"Claims (Table 4.1) on the students' validation accuracy; 'close' = the three students' means within "
                  f"{close:g} points of each other:")
     parts += ["  " + line for line in claims(rows, close)]
     return "\n".join(parts)
