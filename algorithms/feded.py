@@ -104,7 +104,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from algorithms.base import Algorithm, ClientContext, ClientUpdate, Metric, ServerContext, ServerState, register
+from algorithms.base import (Algorithm, ClientContext, ClientUpdate, Metric, ServerContext, ServerState, Setting,
+                             register)
 from algorithms.common import LocalTraining, get_flat_weights, set_flat_weights, train_local
 from algorithms.common.distillation import DISTILLATION_LOSSES, distill, distillation_loss
 from algorithms.common.evaluation import inference_slices
@@ -358,6 +359,13 @@ class FedED(Algorithm):
                           ae_lr=hp.ae_lr, ae_weight_decay=hp.ae_weight_decay, ae_batch_size=hp.ae_batch_size,
                           ae_input_scale=hp.ae_input_scale)
         return fields
+
+    def check_setting(self, setting: Setting) -> None:
+        """``public_size`` must fit the public pool (where the pool's size is known: the dry run's data plan and the
+        driver, once the data is built, pass it; a config fixes it only with ``public.size``)."""
+        pool, size = setting.public_size, self.hp.public_size
+        if pool is not None and size is not None and size > pool:
+            raise ConfigError("algorithm.public_size", f"at most {pool} (the public pool), got {size}")
 
     def student_lr(self) -> float:
         return self.hp.student_lr if self.hp.student_lr is not None else THESIS_STUDENT_LR[self.hp.scheme]

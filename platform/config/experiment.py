@@ -480,14 +480,26 @@ def _check_cross_section(config: ExperimentConfig) -> None:
                                                     f"and/or partition.test_fraction > 0")
 
 
-def experiment_setting(config: ExperimentConfig):
-    """What an algorithm's ``check_setting`` may know at load time (:class:`algorithms.base.Setting`)."""
+def experiment_setting(config: ExperimentConfig, public_size: Optional[int] = None):
+    """What an algorithm's ``check_setting`` may know at load time (:class:`algorithms.base.Setting`); ``public_size``:
+    the public pool's size where it is known from the data (the dry run's data plan, the built data), else the
+    config's own (``public.size``; None: unknown)."""
     from algorithms.base import Setting
 
     public = config.public
-    public_size = 0 if public.source == "none" else pool_size(public) if public.source == "image" else public.size
+    if public_size is None:
+        public_size = 0 if public.source == "none" else pool_size(public) if public.source == "image" else public.size
     return Setting(num_clients=config.clients.num_clients, rounds=config.rounds, public_size=public_size,
                    public_source=public.source, server_validation=config.server.val_fraction > 0)
+
+
+def check_setting_with_data(config: ExperimentConfig, public_size: int) -> None:
+    """The algorithm's ``check_setting`` again, now that the public pool's size is known: the dry run (from its data
+    plan) and the driver (from the built data, before any trial trains) both call it."""
+    from algorithms import resolve_algorithm
+
+    algorithm = resolve_algorithm(config.algorithm.name)
+    algorithm(config.algorithm.params).check_setting(experiment_setting(config, public_size))
 
 
 def parse_override(text: str) -> tuple[str, Any]:

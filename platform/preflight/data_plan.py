@@ -21,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 
+from platform.config.experiment import check_setting_with_data
 from platform.data.datasets import DATASETS, _emnist_split, check_dataset_available, load_dataset, read_split
 from platform.data.public import public_dataset_take, public_splits, train_split_indices
 from platform.data.splits import client_index_splits, server_validation_split
@@ -129,6 +130,7 @@ def data_plan(config) -> DataPlan:
     train, val, test = client_index_splits(labels, config.partition, config.clients.num_clients,
                                            config.stream_seed("partition"), client_split_seed(config), groups, coarse)
     sizes = [tuple(len(part) for part in parts) if parts is not None else () for parts in (train, val, test)]
+    check_setting_with_data(config, public)  # what the driver checks once the data is built
     return DataPlan(config.dataset.name, source, n_train, n_test, config.public.source, public, server_val,
                     config.server.val_source, len(labels), *sizes)
 

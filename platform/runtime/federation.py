@@ -19,6 +19,7 @@ import ray
 import torch
 
 from algorithms import resolve_algorithm
+from platform.config.experiment import check_setting_with_data
 from platform.data import load_dataset, server_validation_split
 from platform.data.splits import client_index_splits
 from platform.data.public import _subset, take_public
@@ -125,6 +126,7 @@ def load_shared_data(config, cache=None) -> LocalData:
         keep, held = server_validation_split(train.y, config.server.val_fraction, config.split_seed())
         val = (np.ascontiguousarray(train.x[held]), train.y[held])
         train = _subset(train, keep)
+    check_setting_with_data(config, 0 if public_x is None else len(public_x))  # before any client trains
     return LocalData(train, test, public_x, samples, val)
 
 

@@ -8,10 +8,11 @@ pytestmark = pytest.mark.slow  # paper presets on stand-in data: the slow tier
 FRACTION = ["--set", "stand_in_fraction=0.01", "--set", "resources.gpu=0", "--set", "resources.cpu=1"]
 # What each preset is scaled down by: rounds, local epochs, pools and distillation steps (the settings stay the paper's)
 SCALE = {
-    "feded_beta": ["algorithm.student_epochs=1", "algorithm.ae_epochs=1", "clients.local_epochs=1"],
+    "feded_beta": ["algorithm.student_epochs=1", "algorithm.ae_epochs=1", "clients.local_epochs=1",
+                   "algorithm.public_size=200"],
     "mnfl_rho": ["rounds=1", "clients.local_epochs=1", "algorithm.public_size=64"],
-    "single_image_pruning": ["rounds=1", "clients.local_epochs=1", "public.size=600", "algorithm.num_distill=64",
-                             "algorithm.distill_steps=2", "algorithm.kmeans_k=8", "clients.batch_size=64",
+    "single_image_pruning": ["rounds=1", "clients.local_epochs=1", "public.size=700", "algorithm.num_distill=64",
+                             "algorithm.distill_steps=50", "algorithm.kmeans_k=10", "clients.batch_size=64",
                              "algorithm.distill_batch_size=32"],
     "fedaux_dp": ["rounds=1", "pretrain.epochs=1", "pretrain.batch_size=64", "clients.num_clients=8",
                   "clients.clients_per_round=4"],
@@ -19,27 +20,49 @@ SCALE = {
     "fedpa_shrinkage_burnin": ["rounds=2", "algorithm.burnin_rounds=1", "clients.num_clients=10",
                                "clients.clients_per_round=5", "clients.local_epochs=1"],
 }
+# Presets that need their own scaling (another algorithm, or a partition that 1 % of the data cannot hold)
+PRESET_SCALE = {
+    ("feded_beta", "paper_baselines"): ["rounds=1", "clients.local_epochs=1"],
+    ("fedpa_shrinkage_burnin", "paper_cifar100"): [*SCALE["fedpa_shrinkage_burnin"], "partition.samples_per_client=40"],
+}
 DATASET = {"feded_beta": "mnist", "mnfl_rho": "emnist", "single_image_pruning": "cifar10", "fedaux_dp": "cifar10",
            "fedkp_bandwidth": "mnist", "fedpa_shrinkage_burnin": "mnist"}
 
 
-def _sets(space: str) -> list[str]:
+def _sets(space: str, preset: str = "paper") -> list[str]:
     out = list(FRACTION)
-    for item in SCALE[space]:
+    for item in PRESET_SCALE.get((space, preset), SCALE[space]):
         out += ["--set", item]
     return out
 
 
-@pytest.mark.parametrize("space", sorted(SCALE))
-def test_paper_preset_runs_on_stand_in_data(space, ray_local, tmp_path, capsys, monkeypatch):
+def _presets_of_every_space():
+    from platform.config.space_files import read_search_space
+
+    return [(space, preset) for space in sorted(SCALE) for preset in read_search_space(space)[2]]
+
+
+@pytest.mark.parametrize("space,preset", _presets_of_every_space())
+def test_every_preset_passes_its_dry_run_and_trains_one_round_on_stand_in_data(space, preset, ray_local, tmp_path,
+                                                                               capsys, monkeypatch):
+    """Every preset of every space, secondary ones included, scaled by the same ``--set`` for both: the dry run
+    passes, and the run then trains (the dry run fails wherever the run would: test_the_dry_runs_data_plan_is_what_
+    the_run_builds_at_full_size)."""
+    from platform.config.space_files import read_search_space
     from platform.run import main
 
     monkeypatch.setenv("FEDSWEEP_HOME", str(tmp_path))
-    rc = main([space, "--preset", "paper", "--stand-in", "--no-mlflow", "--cache-dir", str(tmp_path / "cache"),
-               *_sets(space)])
+    args = [space, "--preset", preset, "--stand-in", "--no-mlflow", "--cache-dir", str(tmp_path / "cache"),
+            *_sets(space, preset)]
+    assert main([*args, "--dry-run"]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    rc = main(args)
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert f" on {DATASET[space]}:" in out  # the paper's dataset, generated
+    dataset = read_search_space(space)[2][preset].values().get("dataset.name")
+    if preset == "paper":
+        assert dataset == DATASET[space]
+    assert f" on {dataset or 'digits32'}:" in out  # the preset's dataset, generated
     rounds = [line for line in out.splitlines() if line.startswith("round ")]
     assert rounds and all("test_accuracy" in line for line in rounds), out
 

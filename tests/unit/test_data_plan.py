@@ -101,6 +101,21 @@ def test_a_public_pool_larger_than_its_dataset_fails_the_plan():
     assert err.value.field == "public.size" and "stl10 train holds 50 images" in str(err.value)
 
 
+def test_an_algorithm_that_needs_more_public_samples_than_the_pool_holds_fails_the_plan():
+    """FedED's public_size against the pool the data plan computes (the run found it only after training)."""
+    def feded(public_size):
+        return build_experiment({"dataset": {"name": "emnist", "split": "letters"}, "stand_in": True,
+                                 "stand_in_fraction": 0.01,
+                                 "public": {"source": "train_split", "fraction": 0.5, "split": "first_half"},
+                                 "clients": {"num_clients": 10, "clients_per_round": 10},
+                                 "algorithm": {"name": "feded", "public_size": public_size}})
+
+    with pytest.raises(ConfigError) as err:
+        data_plan(feded(60000))
+    assert str(err.value) == "algorithm.public_size: at most 624 (the public pool), got 60000"
+    assert data_plan(feded(624)).public == 624
+
+
 def test_stand_in_labels_are_the_generated_splits_labels():
     from platform.data.stand_in import generate_labels, generate_split
 
