@@ -99,8 +99,17 @@ def _every_preset():
     return [(space, preset) for space in spaces for preset in read_search_space(space)[2]]
 
 
+@pytest.fixture(scope="session")
+def preset_stage_cache(tmp_path_factory):
+    """One stage cache for the full-size presets: the single-image presets share their 50,000-crop pool (minutes to
+    cut on 2 CPUs), as a sweep's trials do."""
+    from platform.stages.cache import StageCache
+
+    return StageCache(str(tmp_path_factory.mktemp("preset_cache")))
+
+
 @pytest.mark.parametrize("space,preset", _every_preset())
-def test_the_dry_runs_data_plan_is_what_the_run_builds_at_full_size(space, preset):
+def test_the_dry_runs_data_plan_is_what_the_run_builds_at_full_size(space, preset, preset_stage_cache):
     """Every preset of every space (secondary ones included), at its real size on stand-in data: the dry run's data
     plan succeeds exactly where the run's data stage does (the shared data, then every client's splits, as a trial
     builds them before it trains), with the same sizes, and fails with the same line where it fails."""
@@ -117,7 +126,7 @@ def test_the_dry_runs_data_plan_is_what_the_run_builds_at_full_size(space, prese
     except ConfigError as err:
         plan, planned = None, str(err)
     try:
-        data = load_shared_data(config)
+        data = load_shared_data(config, preset_stage_cache)
         splits = client_splits(config, SimpleNamespace(train_labels=data.train.y, train_groups=data.train.groups,
                                                        train_coarse_labels=data.train.coarse_y))
         built = None
