@@ -39,7 +39,9 @@ def test_a_sweep_survives_the_loss_of_a_worker_node(cluster, tmp_path):
     out = "".join(seen)
     assert killed is not None, "no trial ran on the worker node:\n" + out[-3000:]
     assert proc.returncode == 0, out[-3000:]
-    assert "running it again (retry 1)" in out, out[-3000:]
+    # on failure, our own lines (the lost raylet floods the output with its state dump)
+    assert "running it again (retry 1)" in out, "\n".join(line for line in out.splitlines()
+                                                           if line.startswith(("sweep ", "[trial", "best of")))
     client, runs = mlflow_runs(uri, "smoke")
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
