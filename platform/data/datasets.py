@@ -412,13 +412,19 @@ def _read_svhn(root, split, download, cfg=None) -> RawSplit:
     return RawSplit(ds.data, np.asarray(ds.labels, dtype=np.int64), 10)
 
 
+def stand_in_variant(cfg, name: Optional[str] = None) -> Optional[str]:
+    """The variant a stand-in of dataset ``name`` (default ``cfg.name``) is generated for: EMNIST's split, else
+    None (:mod:`platform.data.stand_in`)."""
+    return _emnist_split(cfg) if (name or cfg.name) == "emnist" else None
+
+
 def read_split(name: str, root: str, split: str, download: bool = False, cfg=None,
                field: str = "dataset.root") -> RawSplit:
     """One split of a torchvision dataset as stored (uint8 N×C×H×W), generated when ``cfg.stand_in``. Read failures
     (a corrupt or partial file fails torchvision's MD5 check or does not parse; a failed download) become one
     :class:`ConfigError` on ``field``."""
     if getattr(cfg, "stand_in", False):
-        variant = _emnist_split(cfg) if name == "emnist" else None
+        variant = stand_in_variant(cfg, name)
         return RawSplit(*generate_split(name, split, variant, getattr(cfg, "stand_in_fraction", 1.0)))
     spec = DATASETS[name]
     try:

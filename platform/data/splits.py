@@ -226,6 +226,19 @@ def server_validation_split(labels: np.ndarray, fraction: float, seed: int) -> t
     return parts["train"], parts["val"]
 
 
+def server_validation_from(server_cfg, train_labels: np.ndarray, test_labels: np.ndarray,
+                           seed: int) -> Optional[tuple[str, np.ndarray, np.ndarray]]:
+    """The server's validation split as ``server`` asks for it: ``(split, keep, held)``, the split it is carved from
+    ("train" or "test", ``server.val_source``) and :func:`server_validation_split`'s indices of that split; None
+    when ``server.val_fraction`` is 0. The run's shared data and the dry run's data plan both take it here."""
+    if server_cfg.val_fraction <= 0:
+        return None
+    source = server_cfg.val_source
+    keep, held = server_validation_split(test_labels if source == "test" else train_labels, server_cfg.val_fraction,
+                                         seed)
+    return source, keep, held
+
+
 def split_fractions(cfg) -> dict[str, float]:
     """The per-client split a PartitionConfig asks for (spec/mnfl.md §4: 75/25 train/test).
 
@@ -247,4 +260,3 @@ def client_index_splits(labels: np.ndarray, cfg, num_clients: int, partition_see
     split = split_clients(parts, split_fractions(cfg), split_seed, labels=labels)
     return ([s["train"] for s in split], [s["val"] for s in split] if cfg.val_fraction > 0 else None,
             [s["test"] for s in split] if cfg.test_fraction > 0 else None)
-

@@ -3,16 +3,17 @@
 :func:`data_plan` follows the labels through the steps a run takes (:func:`platform.runtime.federation.
 load_shared_data`, then :func:`platform.runtime.federation.client_splits`), calling the same functions: the public
 pool's carve-out (:func:`platform.data.public.train_split_indices`, :func:`platform.data.public.public_dataset_take`),
-the server's validation split (:func:`platform.data.splits.server_validation_split`), the partition and each
+the server's validation split (:func:`platform.data.splits.server_validation_from`), the partition and each
 client's own split (both in :func:`platform.data.splits.client_index_splits`). So a partition the data cannot
 satisfy raises here the :class:`ConfigError` the run would raise as it builds its data, and the dry run fails where
 the run would.
 
-The labels: the embedded datasets' own (they are small); a torchvision dataset's stand-in labels
-(:func:`platform.data.stand_in.generate_labels`: the real split sizes and classes, balanced within every chunk of
-2,048). On the real files the sizes of every split are the same; a partition that follows the labels (Dirichlet,
-the balanced trim of ``lda``) may give clients a few samples more or fewer where the real classes are unequal
-(MNIST's rarest digit, 5, has 5,421 of 60,000 training images).
+The labels: the embedded datasets' own (they are small); a torchvision dataset's own, read from its files where they
+are; else its stand-in labels (:func:`platform.data.stand_in.generate_labels`: the real split sizes and classes,
+MNIST's real class counts, the others balanced within every chunk of 2,048). The sizes of every split are the real
+ones; a partition that follows the labels (Dirichlet, the balanced trim of ``lda``) may give clients a few samples
+more or fewer on real files whose classes are unequal and whose counts the stand-in does not carry (EMNIST
+byclass, SVHN).
 """
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ from typing import Optional
 import numpy as np
 
 from platform.config.experiment import check_setting_with_data
-from platform.data.datasets import DATASETS, _emnist_split, check_dataset_available, load_dataset, read_split
+from platform.data.datasets import DATASETS, check_dataset_available, load_dataset, read_split, stand_in_variant
 from platform.data.public import public_dataset_take, public_splits, train_split_indices
-from platform.data.splits import client_index_splits, server_validation_split
+from platform.data.splits import client_index_splits, server_validation_from
 from platform.data.stand_in import generate_labels, split_size
 from platform.errors import ConfigError
 from platform.runtime.seeding import client_split_seed
@@ -76,7 +77,7 @@ def _labels(config) -> tuple[np.ndarray, Optional[np.ndarray], Optional[np.ndarr
     if DATASETS[cfg.name].read is None:  # embedded: small, loaded as the run loads it
         train, test = load_dataset(cfg)
         return train.y, train.groups, train.coarse_y, test.y, "the embedded data"
-    variant = _emnist_split(cfg) if cfg.name == "emnist" else None
+    variant = stand_in_variant(cfg)
     stand_in = getattr(cfg, "stand_in", False)
     if not stand_in and _files_found(cfg):  # the real labels (reading the images too: seconds at most)
         train, test = (read_split(cfg.name, cfg.root, split, False, cfg) for split in ("train", "test"))
@@ -120,13 +121,14 @@ def data_plan(config) -> DataPlan:
     if local is not None:
         labels, groups, coarse = (None if a is None else a[local] for a in (labels, groups, coarse))
     server_val = 0
-    if config.server.val_fraction > 0 and config.server.val_source == "test":
-        server_val = len(server_validation_split(test_labels, config.server.val_fraction, config.split_seed())[1])
-        n_test -= server_val
-    elif config.server.val_fraction > 0:
-        keep, held = server_validation_split(labels, config.server.val_fraction, config.split_seed())
+    carved = server_validation_from(config.server, labels, test_labels, config.split_seed())
+    if carved is not None:
+        source_split, keep, held = carved
         server_val = len(held)
-        labels, groups, coarse = (None if a is None else a[keep] for a in (labels, groups, coarse))
+        if source_split == "test":
+            n_test = len(keep)
+        else:
+            labels, groups, coarse = (None if a is None else a[keep] for a in (labels, groups, coarse))
     train, val, test = client_index_splits(labels, config.partition, config.clients.num_clients,
                                            config.stream_seed("partition"), client_split_seed(config), groups, coarse)
     sizes = [tuple(len(part) for part in parts) if parts is not None else () for parts in (train, val, test)]

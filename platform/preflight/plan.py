@@ -99,12 +99,6 @@ def cell_trials(space) -> list[tuple[str, int]]:
     return [(cell_label(cell), trials(space.cell_space(i))) for i, cell in enumerate(space.cells())]
 
 
-def _data_sizes(config) -> list[str]:
-    """The data plan's lines (:mod:`platform.preflight.data_plan`); raises the ConfigError the run would raise as it
-    builds its data."""
-    return data_plan(config).lines()
-
-
 def _heading(kind: str, name: str, preset) -> str:
     which = f" --preset {preset.name} ({preset.title})" if preset is not None else " (embedded default)"
     return f"{kind} {name}{which}: dry run, nothing started"
@@ -119,7 +113,7 @@ def sweep_plan(space, base_config) -> str:
     if space.preset is not None and space.preset.document:
         lines.append(f"settings from: spec/{space.preset.document} (docs/paper_settings.md cites each value)")
     lines.append(data_status(base_config))
-    lines += _data_sizes(base_config)
+    lines += data_plan(base_config).lines()  # raises the ConfigError the run would raise as it builds its data
     check_cells(space)
     lines.append("resolved base config" + (" (scenario keys vary by cell, below):" if space.scenarios else ":"))
     lines += _config_lines(base_config)
@@ -160,7 +154,8 @@ def sweep_plan(space, base_config) -> str:
 
 def run_plan(config, name: str, preset=None) -> str:
     """The ``platform.run --dry-run`` text of one experiment config."""
-    lines = [_heading("run", name, preset), data_status(config), *_data_sizes(config), "resolved config:"]
+    lines = [_heading("run", name, preset), data_status(config), *data_plan(config).lines(),
+             "resolved config:"]
     lines += _config_lines(config)
     lines.append(f"seed: {config.seed}; rounds: {config.rounds} (mode {config.mode}); resources: {_resources(config)}")
     return "\n".join(lines)

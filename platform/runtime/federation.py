@@ -20,8 +20,8 @@ import torch
 
 from algorithms import resolve_algorithm
 from platform.config.experiment import check_setting_with_data
-from platform.data import load_dataset, server_validation_split
-from platform.data.splits import client_index_splits
+from platform.data import load_dataset
+from platform.data.splits import client_index_splits, server_validation_from
 from platform.data.public import _subset, take_public
 from platform.data.sampling import client_sampling_probabilities, sample_clients_weighted
 from platform.runtime.actors import ClientPool, ParameterServer, RoundResult
@@ -118,14 +118,15 @@ def load_shared_data(config, cache=None) -> LocalData:
         split = take_public(train, config.public, config.split_seed(), config.dataset, cache=cache)
         train, public_x, samples = split.local, split.x, split.samples
         del split
-    if config.server.val_fraction > 0 and config.server.val_source == "test":  # the test split's rest stays held out
-        keep, held = server_validation_split(test.y, config.server.val_fraction, config.split_seed())
-        val = (np.ascontiguousarray(test.x[held]), test.y[held])
-        test = _subset(test, keep)
-    elif config.server.val_fraction > 0:
-        keep, held = server_validation_split(train.y, config.server.val_fraction, config.split_seed())
-        val = (np.ascontiguousarray(train.x[held]), train.y[held])
-        train = _subset(train, keep)
+    carved = server_validation_from(config.server, train.y, test.y, config.split_seed())
+    if carved is not None:  # from the test split, its rest stays held out for test_*
+        source, keep, held = carved
+        held_from = test if source == "test" else train
+        val = (np.ascontiguousarray(held_from.x[held]), held_from.y[held])
+        if source == "test":
+            test = _subset(test, keep)
+        else:
+            train = _subset(train, keep)
     check_setting_with_data(config, 0 if public_x is None else len(public_x))  # before any client trains
     return LocalData(train, test, public_x, samples, val)
 
