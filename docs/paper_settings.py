@@ -1,9 +1,12 @@
 """The papers' own settings of the named sweeps, as a table per preset, generated from the spaces' ``presets:``
-blocks (platform/config/presets.py): every value a preset sets, the document's value, where the document gives it,
-and the deviation with its reason.
+blocks (platform/config/presets.py): every value that shapes the experiment, whether the preset sets it or inherits
+it from the space's base and the platform's defaults (platform/preflight/citations.py), with the sizes the data plan
+gives (on stand-in labels: the real split sizes, no files needed), the document's value, where the document gives
+it, and the deviation with its reason.
 
-    python docs/paper_settings.py            # writes docs/paper_settings.md
-    python docs/paper_settings.py --check    # exits 1 when docs/paper_settings.md differs from the presets
+    python docs/paper_settings.py              # writes docs/paper_settings.md
+    python docs/paper_settings.py --check      # exits 1 when docs/paper_settings.md differs from the presets
+    python docs/paper_settings.py --problems   # every uncited or disagreeing value of every preset; exits 1 if any
 
 tests/unit/test_paper_settings.py checks that the committed file equals :func:`render`, so it cannot drift.
 """
@@ -19,7 +22,10 @@ if os.path.dirname(HERE) not in sys.path:  # run as a script from anywhere: the 
     sys.path.insert(0, os.path.dirname(HERE))
 
 from platform.config.presets import PLATFORM, Preset, same_value  # noqa: E402
+from platform.config.search_space import load_search_space  # noqa: E402
 from platform.config.space_files import read_search_space  # noqa: E402
+from platform.preflight.citations import citation_problems, effective_settings, size_settings  # noqa: E402
+from platform.preflight.data_plan import data_plan  # noqa: E402
 
 #: The named sweeps, in the order the document lists them.
 SPACES = ("feded_beta", "mnfl_rho", "single_image_pruning", "fedaux_dp", "fedkp_bandwidth", "fedpa_shrinkage_burnin")
@@ -54,27 +60,56 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ").strip()
 
 
-def preset_table(preset: Preset) -> list[str]:
+def loaded(name: str, preset: str):
+    """(the space loaded with ``preset`` on stand-in data, its base config's data plan)."""
+    space = load_search_space(name, {"stand_in": True}, preset=preset)
+    return space, data_plan(space.trial_config({}))
+
+
+def resolved_rows(space, plan) -> dict:
+    """What the preset's table lists: every value it sets, then every value it inherits that shapes the experiment,
+    then the sizes (key -> (ours, inherited?))."""
+    preset = space.preset
+    rows = {key: (value, False) for key, value in preset.values().items()}
+    if preset.document:
+        inherited = {**effective_settings(space), **size_settings(plan)}
+        rows.update({key: (value, True) for key, value in inherited.items() if key not in rows})
+    return rows
+
+
+def preset_table(space, plan) -> list[str]:
     """The rows of one preset: setting, ours, the document's, where, deviation or note."""
+    preset: Preset = space.preset
     lines = ["| Setting | Ours | Paper | Where | Deviation (reason) / note |", "|---|---|---|---|---|"]
-    values = preset.values()
-    for key, ours in values.items():
+    for key, (ours, inherited) in resolved_rows(space, plan).items():
+        shown = f"`{key}`" + (" (inherited)" if inherited and not key.startswith("sizes.") else "")
         cite = preset.cite.get(key)
-        if cite is None:  # check_citations refuses this before a preset is used; show it rather than hide it
-            lines.append(f"| `{key}` | {_cell(_value(ours))} | ? | ? | NOT CITED |")
+        if cite is None:  # refused before a preset is used; show it rather than hide it
+            lines.append(f"| {shown} | {_cell(_value(ours))} | ? | ? | NOT CITED |")
             continue
         where = "platform (our choice)" if cite.where == PLATFORM else cite.where
         paper = "-" if cite.where == PLATFORM and cite.paper is None else _value(cite.paper)
         if cite.deviation:
             remark = f"**deviation:** {cite.deviation}"
-        elif cite.where != PLATFORM and not same_value(ours, cite.paper):
+        elif cite.where != PLATFORM and not same_value(ours, cite.paper) and not (
+                key.startswith("sizes.") and cite.paper is None):
             remark = "**differs, no deviation given**"
         else:
             remark = ""
         if cite.note:
             remark = f"{remark}; {cite.note}" if remark else cite.note
-        lines.append(f"| `{key}` | {_cell(_value(ours))} | {_cell(paper)} | {_cell(where)} | {_cell(remark)} |")
+        lines.append(f"| {shown} | {_cell(_value(ours))} | {_cell(paper)} | {_cell(where)} | {_cell(remark)} |")
     return lines
+
+
+def problems() -> list[str]:
+    """Every preset's uncited or disagreeing values, one line each (``space --preset name: key: what``)."""
+    out = []
+    for name in SPACES:
+        for preset in read_search_space(name)[2]:
+            space, plan = loaded(name, preset)
+            out += [f"{name} --preset {preset}: {line}" for line in citation_problems(space, plan)]
+    return out
 
 
 def render() -> str:
@@ -84,18 +119,22 @@ def render() -> str:
            "`platform/config/presets.py`); do not edit by hand. Run one with `python -m platform.sweep SPACE "
            "--preset NAME` (`--dry-run` shows the resolved settings). Without `--preset` each space runs its "
            "embedded default (scikit-learn digits), unchanged.", "",
-           "Each table lists every value the preset sets: ours, the document's (`paper`, in the config's units; a "
-           "swept range as its bounds or values), where the document (the digest in `shared/spec/`) gives it, "
-           "and, where ours differs, the deviation and its reason. `platform` marks our own choices that the "
-           "document does not make (resources, concurrency, data roots). `null` in *Ours* removes the key (its "
-           "default applies); in *Paper* it means the document gives no value.", ""]
+           "Each table lists every value that shapes the experiment: first those the preset sets, then those it "
+           "inherits from the space's base and the platform's defaults (marked *inherited*), then the sizes the "
+           "data plan gives (`sizes.*`: each client's training samples after every carve-out, the server's "
+           "validation split, the test split, the public pool; on stand-in labels, whose split sizes are the "
+           "real ones, so no files are needed). For each: ours, the document's (`paper`, in the config's units; a "
+           "swept range as its bounds or values), where the document gives it, and, where ours differs, the "
+           "deviation and its reason. `platform` marks our own choices that the document does not make, each with "
+           "its reason. `null` in *Ours* removes the key (its default applies); in *Paper* it means the document "
+           "gives no value.", ""]
     for name in SPACES:
         _, _, presets = read_search_space(name)
         out += [f"## `{name}`", ""]
         for preset in presets.values():
             document = f"spec/{preset.document}" if preset.document else "-"
             out += [f"### `--preset {preset.name}`: {preset.title}", "", f"Document: `{document}`.", ""]
-            out += preset_table(preset)
+            out += preset_table(*loaded(name, preset.name))
             out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -103,7 +142,13 @@ def render() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python docs/paper_settings.py", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only compare docs/paper_settings.md with the presets")
+    parser.add_argument("--problems", action="store_true",
+                        help="list every uncited or disagreeing value of every preset (exit 1 if any)")
     args = parser.parse_args(argv)
+    if args.problems:
+        found = problems()
+        print("\n".join(found) if found else "every preset cites every value that shapes its experiment")
+        return 1 if found else 0
     text = render()
     if args.check:
         with open(OUTPUT, encoding="utf-8") as fh:

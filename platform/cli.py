@@ -132,11 +132,14 @@ def add_plan_arguments(parser, what: str) -> None:
                         help="load and check the config (preset and --set applied), print it resolved (a sweep: with "
                              "its cells, trials, seeds, rounds and resources per trial), and exit without starting Ray")
     parser.add_argument("--estimate", action="store_true",
-                        help=f"run the first rounds of one trial here (stand-in data where the files are absent), "
-                             f"print seconds per round and peak memory, and predict {what}'s wall time and GPU-hours "
-                             f"on --gpus GPUs (with a search space: its whole sweep); then exit")
+                        help=f"run the first rounds of one trial on the cluster it joins (--address; else a local "
+                             f"one), with the trial's own resources and stand-in data where the files are absent; "
+                             f"print where it ran, each round's seconds, peak memory and the data's sizes, and predict "
+                             f"{what}'s wall time (with a search space: its whole sweep) on the device it measured: "
+                             f"GPU-hours only when measured on a GPU; writes nothing (its stage cache is temporary "
+                             f"unless --cache-dir); then exit")
     parser.add_argument("--gpus", type=int, metavar="N",
-                        help="--estimate: the GPUs to predict for (default: this machine's, at least 1)")
+                        help="--estimate: the GPUs to predict for (default: the cluster's, at least 1)")
 
 
 def add_ray_arguments(parser) -> None:

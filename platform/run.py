@@ -274,10 +274,9 @@ def _plan(args, overrides: list[str]) -> int:
     if args.dry_run:
         print(run_plan(config, name, space.preset if space is not None else None))
         return 0
-    from platform.stages.cache import open_cache
-
+    command = f"python -m platform.run {args.config}" + (f" --preset {args.preset}" if args.preset else "")
     print(estimate(config, space, gpus=args.gpus, address=args.address, dashboard=args.ray_dashboard,
-                   cache=open_cache(args.cache_dir, not args.no_cache)))
+                   cache_dir=args.cache_dir, command=command + " --estimate"))
     return 0
 
 

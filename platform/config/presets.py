@@ -25,6 +25,8 @@ once, here, and ``docs/paper_settings.md`` is generated from them (``python docs
 (``where``: section, table or figure) and, where ours differs, the ``deviation`` and its reason. A value without a
 citation, a citation of a value the preset does not set, and a value that differs from its citation without a
 deviation are errors at load time (:func:`check_citations`), so the generated table cannot drift from the presets.
+What a preset inherits is cited in the same block and checked against the resolved config
+(:mod:`platform.preflight.citations`): every value that shapes the experiment carries a citation.
 Platform choices the documents do not make (``resources``, ``search.max_concurrent_trials``, ...) cite ``paper:
 null`` with ``where: platform`` and say why in ``note``.
 """
@@ -206,8 +208,10 @@ def _merge(into: dict, overlay: dict) -> dict:
 
 
 def check_citations(preset: Preset) -> None:
-    """Every value the preset sets is cited, every citation names a value it sets, and a value that differs from the
-    document's says why (``deviation``)."""
+    """Every value the preset sets is cited, and a value that differs from the document's says why (``deviation``).
+    A citation of a value the preset does not set cites what it inherits from the space's base or the platform's
+    defaults: :func:`platform.preflight.citations.check_effective_citations` checks those against the resolved
+    config, and requires one for every value that shapes the experiment."""
     values = preset.values()
     where = f"presets.{preset.name}.cite"
     for key in values:
@@ -215,8 +219,8 @@ def check_citations(preset: Preset) -> None:
             raise ConfigError(f"{where}.{key}", f"missing: the preset sets {key} = {values[key]!r}; cite the "
                                                 f"document's value and where it gives it ({{paper: ..., where: ...}})")
     for key, citation in preset.cite.items():
-        if key not in values:
-            raise ConfigError(f"{where}.{key}", f"cites a value the preset does not set; it sets: {', '.join(values)}")
+        if key not in values:  # an inherited value: checked against the resolved config by
+            continue  # platform.preflight.citations, which also refuses a key that is neither
         if citation.deviation is None and citation.where != PLATFORM and not same_value(values[key], citation.paper):
             raise ConfigError(f"{where}.{key}", f"the preset sets {values[key]!r} but the document's value is "
                                                 f"{citation.paper!r} ({citation.where}); make them agree or give the "

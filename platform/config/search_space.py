@@ -259,6 +259,17 @@ class SearchSpace:
     def trial_config(self, params: dict):
         return build_experiment(apply_overrides(self.base, params))
 
+    def trials_per_cell(self) -> list[tuple[str, int]]:
+        """(cell label, trials) per scenario cell, in :meth:`cells` order (one unlabelled row without scenarios): the
+        search budget of each arm the sweep compares."""
+        def trials(space: "SearchSpace") -> int:
+            grid = len(grid_points(space)) if space.search.searcher == "grid" else 1
+            return space.search.num_samples * grid
+
+        if not self.scenarios:
+            return [("", trials(self))]
+        return [(cell_label(cell), trials(self.cell_space(i))) for i, cell in enumerate(self.cells())]
+
     def cells(self) -> list[dict]:
         """The scenario cells: every combination of the ``scenarios`` values, ``{key: value}``, in the order of the
         cross product (the first key varies slowest, each list in file order); ``[{}]`` without scenarios."""

@@ -6,12 +6,19 @@ cells with their trials, the seeds, rounds and resources per trial, and whether 
 says; nothing starts, so it takes seconds and works where the files are absent.
 
 ``--estimate`` runs one trial's first rounds (two, so that the second shows the steady cost without start-up) on one
-seed, on the hardware at hand, with stand-in data where the files are absent (:mod:`platform.data.stand_in`), and
-prints seconds per round and peak memory (resident memory of the busiest actor; GPU memory where a GPU is used). The
-prediction scales that to the sweep: every trial runs all its rounds on every seed (seeds share a trial's resources,
-so they are counted one after another), scenario cells run one after another, trials of a cell run side by side as
-the GPUs (or CPUs) and ``search.max_concurrent_trials`` allow. ASHA stops trials early, so its sweeps take at most
-the predicted time. Measured on a CPU, the figures are the CPU's: run the estimate on a GPU node for GPU figures.
+seed, on the cluster the command joins (``ray job submit -- ... --estimate`` measures on a node of the cluster the
+sweep will run on, with the trial's own resources, its GPU share included), with stand-in data where the files are
+absent (:mod:`platform.data.stand_in`). It prints where it ran (host and device), each measured round's seconds and
+what it stands for (warm-up or steady), peak memory (resident memory of the busiest actor; GPU memory where a GPU is
+used), the model's parameter count and the data's sizes. The prediction scales that to the sweep: every trial runs all
+its rounds on every seed (seeds share a trial's resources, so they are counted one after another), scenario cells run
+one after another, trials of a cell run side by side as the GPUs (or CPUs) and ``search.max_concurrent_trials``
+allow. ASHA stops trials early, so its sweeps take at most the predicted time.
+
+The prediction is for the device it measured on, never another: a trial that asks for a GPU but was measured on CPUs
+(the cluster has none) gets the CPUs' wall time and no GPU time or GPU-hours, with the command to run on a GPU node.
+The estimate writes nothing: its stage cache is a temporary directory removed at the end (``--cache-dir`` keeps one).
+``benchmarks/estimate_accuracy.py`` compares predictions with the sweeps they predict.
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ from typing import Optional
 
 from platform.config.schema import to_dict
 from platform.errors import ConfigError
+from platform.preflight.citations import check_effective_citations
 from platform.preflight.data_plan import check_cells, data_plan
 
 
@@ -86,19 +94,6 @@ def _resources(config, search=None) -> str:
     return text
 
 
-def cell_trials(space) -> list[tuple[str, int]]:
-    """(cell label, trials) per scenario cell (one unlabelled row without scenarios)."""
-    from platform.config.search_space import cell_label, grid_points
-
-    def trials(cell_space) -> int:
-        grid = len(grid_points(cell_space)) if cell_space.search.searcher == "grid" else 1
-        return cell_space.search.num_samples * grid
-
-    if not space.scenarios:
-        return [("", trials(space))]
-    return [(cell_label(cell), trials(space.cell_space(i))) for i, cell in enumerate(space.cells())]
-
-
 def _heading(kind: str, name: str, preset) -> str:
     which = f" --preset {preset.name} ({preset.title})" if preset is not None else " (embedded default)"
     return f"{kind} {name}{which}: dry run, nothing started"
@@ -113,11 +108,13 @@ def sweep_plan(space, base_config) -> str:
     if space.preset is not None and space.preset.document:
         lines.append(f"settings from: spec/{space.preset.document} (docs/paper_settings.md cites each value)")
     lines.append(data_status(base_config))
-    lines += data_plan(base_config).lines()  # raises the ConfigError the run would raise as it builds its data
+    plan = data_plan(base_config)  # raises the ConfigError the run would raise as it builds its data
+    lines += plan.lines()
+    check_effective_citations(space, plan)  # the sizes too: each client's, the validation split's, the public pool's
     check_cells(space)
     lines.append("resolved base config" + (" (scenario keys vary by cell, below):" if space.scenarios else ":"))
     lines += _config_lines(base_config)
-    cells = cell_trials(space)
+    cells = space.trials_per_cell()
     searcher = space.search.searcher
     if space.parameters:
         lines.append("swept: " + "; ".join(f"{k} {d.kind}{list(d.args)}" + (f" when {d.when}" if d.when else "")
@@ -174,19 +171,27 @@ def _cuda_devices() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def measurement_config(config, log=print):
+def _cluster_gpus() -> int:
+    """GPUs of the connected Ray cluster (every node's, not only this process's)."""
+    import ray
+
+    return int(ray.cluster_resources().get("GPU", 0))
+
+
+def measurement_config(config, gpus_here: int, log=print):
     """The config ``--estimate`` measures: ``config`` on its own seed, at most :data:`MEASURED_ROUNDS` rounds, on
-    stand-in data where the files are absent, on CPUs where the trial asks for a GPU and none is here."""
+    stand-in data where the files are absent, on CPUs where the trial asks for a GPU and the cluster has none
+    (``gpus_here``)."""
     import dataclasses
 
     changes: dict = {}
     if not getattr(config, "stand_in", False) and missing_data(config) is not None:
         changes["stand_in"] = True
         log(f"estimate: {config.dataset.name} files not found here: measuring on stand-in data of the same shapes")
-    if config.resources.gpu > 0 and _cuda_devices() == 0:
+    if config.resources.gpu > 0 and gpus_here == 0:
         changes["resources"] = dataclasses.replace(config.resources, gpu=0.0)
-        log(f"estimate: no GPU here: measuring on {os.cpu_count()} CPU(s); the figures are the CPU's, run "
-            f"--estimate on a GPU node for GPU figures")
+        log("estimate: the trial asks for a GPU and this cluster has none: measuring on CPUs, so the figures are "
+            "the CPUs'; for GPU figures run the estimate on a GPU node")
     if config.mode != "one_round":
         changes["rounds"] = min(config.rounds, MEASURED_ROUNDS)
     if config.pretrain.method != "none" and config.pretrain.epochs > 1:  # one epoch measured, scaled to all of them
@@ -194,9 +199,18 @@ def measurement_config(config, log=print):
     return dataclasses.replace(config, **changes) if changes else config
 
 
-def measure(config, cache=None) -> dict:
-    """Run ``config`` (one seed) on Ray actors; returns ``{"round_seconds": [...], "setup_seconds": s,
-    "rss_bytes": peak, "gpu_bytes": peak or None}``. Ray must be connected."""
+def _parameters(config, shared) -> int:
+    """The global model's parameter count."""
+    from algorithms.models import build_model
+
+    model = build_model(config.model.name, shared.input_shape, shared.num_classes)
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def measure(config, cache) -> dict:
+    """Run ``config`` (one seed) on Ray actors with the trial's own resources; returns the seconds of each measured
+    round (``round_seconds``: the first is the warm-up, the last the steady cost), the actors' start-up, where they
+    ran (``host``, ``device``), their peak memory, and the model's parameter count. Ray must be connected."""
     from platform.runtime.federation import share_dataset
     from platform.runtime.pretrain import prepare_pretrained
     from platform.runtime.trial import run_one_round, run_rounds, start_federations, stop_federations
@@ -213,21 +227,25 @@ def measure(config, cache=None) -> dict:
     setup = time.perf_counter() - started
     try:
         if config.mode == "one_round":  # the second finds the clients' stage in the cache, as later trials do
-            rounds = [run_one_round(federations, cache) for _ in range(MEASURED_ROUNDS if cache is not None else 1)]
+            rounds = [run_one_round(federations, cache) for _ in range(MEASURED_ROUNDS)]
         else:
             rounds = list(run_rounds(federations, config.rounds))
         peaks = federations[0].peak_memory()
     finally:
         stop_federations(federations)
     gpu = [p["gpu_bytes"] for p in peaks if "gpu_bytes" in p]
+    busiest = peaks[-1]  # a client pool: it trains
     return {"round_seconds": [float(m["seconds"]) for m in rounds], "setup_seconds": setup,
             "pretrain_epoch_seconds": pretrain_seconds,
-            "rss_bytes": max(p["rss_bytes"] for p in peaks), "gpu_bytes": max(gpu) if gpu else None}
+            "rss_bytes": max(p["rss_bytes"] for p in peaks), "gpu_bytes": max(gpu) if gpu else None,
+            "host": busiest.get("host", "?"), "device": busiest.get("device", "?"),
+            "parameters": _parameters(config, shared)}
 
 
 def predict(measured: dict, config, space=None, gpus: int = 1, cpus: Optional[int] = None) -> dict:
-    """The sweep's (or the single run's) predicted wall time and GPU-hours from one measured trial (module
-    docstring). ``gpus``/``cpus``: the cluster the prediction is for."""
+    """The sweep's (or the single run's) predicted wall time from one measured trial (module docstring), on the
+    device it was measured on: with ``gpus`` GPUs where it was measured on a GPU (then also the GPU-hours), else on
+    ``cpus`` CPUs (this machine's by default; ``gpu_hours`` None: CPU seconds are never passed off as GPU time)."""
     steady = measured["round_seconds"][-1]
     seeds = len(space.seeds) if space is not None else 1
     one_round = config.mode == "one_round"
@@ -235,9 +253,10 @@ def predict(measured: dict, config, space=None, gpus: int = 1, cpus: Optional[in
     trial_seconds = measured["setup_seconds"] + steady * rounds * seeds
     # one_round: a cell's first trials train the clients (the first measured round); later ones re-aggregate
     first_seconds = measured["setup_seconds"] + measured["round_seconds"][0] * seeds if one_round else trial_seconds
-    cells = cell_trials(space) if space is not None else [("", 1)]
+    cells = space.trials_per_cell() if space is not None else [("", 1)]
     per_trial_gpu = config.resources.gpu
-    if per_trial_gpu > 0:
+    on_gpu = per_trial_gpu > 0 and measured.get("gpu_bytes") is not None
+    if on_gpu:
         side_by_side = max(1, math.floor(gpus / per_trial_gpu + 1e-9))
     else:
         side_by_side = max(1, math.floor((cpus or os.cpu_count() or 1) / config.resources.cpu + 1e-9))
@@ -251,9 +270,9 @@ def predict(measured: dict, config, space=None, gpus: int = 1, cpus: Optional[in
     trials = sum(t for _, t in cells)
     busy = sum(first_seconds + (t - 1) * trial_seconds for _, t in cells)
     return {"seconds_per_round": steady, "trial_seconds": trial_seconds, "first_trial_seconds": first_seconds,
-            "pretrain_seconds": pretrain,
+            "pretrain_seconds": pretrain, "on_gpu": on_gpu,
             "trials": trials, "seeds": seeds, "rounds": rounds, "side_by_side": side_by_side, "wall_seconds": wall,
-            "gpu_hours": busy * per_trial_gpu / 3600.0}
+            "gpu_hours": busy * per_trial_gpu / 3600.0 if on_gpu else None}
 
 
 def _duration(seconds: float) -> str:
@@ -268,13 +287,36 @@ def _bytes(n: Optional[int]) -> str:
     return "n/a" if n is None else f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
-def estimate_text(measured: dict, prediction: dict, config, space=None, gpus: int = 1) -> str:
-    rounds = measured["round_seconds"]
-    device = "GPU" if measured["gpu_bytes"] is not None else f"CPU ({os.cpu_count()} cores)"
-    lines = [f"measured on {device}: start-up {measured['setup_seconds']:.1f} s; seconds per round "
-             + ", ".join(f"{s:.2f}" for s in rounds) + f" (steady: {prediction['seconds_per_round']:.2f} s)",
+def _measured_rounds(measured: dict, config) -> list[str]:
+    """One line per measured round: its seconds and what it stands for."""
+    seconds = measured["round_seconds"]
+    if config.mode == "one_round":
+        what = ["trains the clients and caches them: a cell's first trial", "re-aggregates the cached clients: every "
+                "later trial (the steady cost)"]
+    else:
+        what = ["warm-up: the actors' first training step, first-use imports", "steady: the cost of every later "
+                                                                             "round"]
+    lines = []
+    for i, s in enumerate(seconds):
+        label = what[0] if i == 0 else what[-1]
+        if len(seconds) == 1:
+            label = "the only round: warm-up and steady cost alike"
+        lines.append(f"  round {i + 1}: {s:.2f} s ({label})")
+    return lines
+
+
+def estimate_text(measured: dict, prediction: dict, config, space=None, gpus: int = 1, command: str = "",
+                  data_lines: tuple = ()) -> str:
+    """What ``--estimate`` prints: what it measured (where, which rounds and what each stands for, the model's size,
+    the data's sizes: ``data_lines``) and the prediction on the device it measured on."""
+    per_gpu = config.resources.gpu
+    lines = [f"measured on {measured.get('host', '?')}, {measured.get('device', '?')}: {config.algorithm.name}, "
+             f"model {config.model.name} ({measured.get('parameters', 0):,} parameters), "
+             f"{len(measured['round_seconds'])} round(s) on seed {config.seed}; actors' start-up "
+             f"{measured['setup_seconds']:.1f} s", *_measured_rounds(measured, config),
              f"peak memory: {_bytes(measured['rss_bytes'])} resident (largest actor)"
-             + (f", {_bytes(measured['gpu_bytes'])} GPU" if measured["gpu_bytes"] is not None else "")]
+             + (f", {_bytes(measured['gpu_bytes'])} GPU" if measured["gpu_bytes"] is not None else ""),
+             *data_lines]
     if prediction.get("pretrain_seconds"):
         lines.append(f"pre-training ({config.pretrain.method}): {measured['pretrain_epoch_seconds']:.1f} s for one "
                      f"epoch here, so ≈ {_duration(prediction['pretrain_seconds'])} for {config.pretrain.epochs} "
@@ -285,29 +327,54 @@ def estimate_text(measured: dict, prediction: dict, config, space=None, gpus: in
             f"a cell's first trial ≈ {_duration(first)} (trains the clients), later ones ≈ "
             f"{_duration(prediction['trial_seconds'])} (the clients' stage cached)")
     lines.append(f"{what} x {prediction['seeds']} seed(s) x {prediction['rounds']} round(s); {each}")
-    per_gpu = config.resources.gpu
-    if per_gpu > 0:
-        lines.append(f"predicted on {gpus} GPU(s) ({prediction['side_by_side']} trial(s) at once, {per_gpu:g} GPU "
-                     f"each): wall time ≈ {_duration(prediction['wall_seconds'])}, "
+    if prediction["on_gpu"]:
+        lines.append(f"predicted on {gpus} GPU(s) like this one ({prediction['side_by_side']} trial(s) at once, "
+                     f"{per_gpu:g} GPU each): wall time ≈ {_duration(prediction['wall_seconds'])} "
+                     f"({prediction['wall_seconds']:.0f} s), "
                      f"{prediction['gpu_hours']:.2f} GPU-hours")
     else:
-        lines.append(f"predicted on {os.cpu_count()} CPU(s) ({prediction['side_by_side']} trial(s) at once): wall "
-                     f"time ≈ {_duration(prediction['wall_seconds'])} (the trials ask for no GPU: 0 GPU-hours)")
+        lines.append(f"predicted on {os.cpu_count()} CPU(s) like these ({prediction['side_by_side']} trial(s) at "
+                     f"once): wall time ≈ {_duration(prediction['wall_seconds'])} ({prediction['wall_seconds']:.0f} s)")
+        if per_gpu > 0:
+            lines.append(f"GPU time: not predicted (measured on CPUs; a CPU's seconds say nothing of a GPU's). Run the "
+                         f"estimate where the sweep will run, e.g. ray job submit --address <cluster> -- {command}")
     if space is not None and space.search.scheduler.kind == "asha":
         lines.append("ASHA stops trials early: the sweep takes at most this")
     return "\n".join(lines)
 
 
-def estimate(config, space=None, gpus: Optional[int] = None, address: Optional[str] = None,
-             dashboard: bool = False, cache=None, log=print) -> str:
-    """Measure ``config``'s first rounds here and predict the run or sweep (see the module docstring)."""
-    from platform.cli import connect_ray
+def measure_and_predict(config, space=None, gpus: Optional[int] = None, address: Optional[str] = None,
+                        dashboard: bool = False, cache_dir: Optional[str] = None, log=print) -> tuple:
+    """Measure ``config``'s first rounds on the cluster the command joins (``address``; else a local one) and predict
+    the run or sweep (module docstring): (the config measured, the measurements, the prediction, the GPUs predicted
+    for). The stage cache: ``cache_dir`` where given, else a temporary directory removed afterwards, so an estimate
+    leaves nothing behind (its stand-in data never reaches a real cache)."""
+    import shutil
+    import tempfile
 
-    measured_config = measurement_config(config, log)
+    from platform.cli import connect_ray
+    from platform.stages.cache import open_cache
+
     connect_ray(address, dashboard)
-    log(f"estimate: running {measured_config.rounds if measured_config.mode != 'one_round' else 1} round(s) of "
-        f"{measured_config.algorithm.name} on {measured_config.dataset.name}, seed {measured_config.seed} ...")
-    measured = measure(measured_config, cache)
-    gpus = gpus if gpus is not None else max(_cuda_devices(), 1)
-    prediction = predict(measured, config, space, gpus=gpus)
-    return estimate_text(measured, prediction, config, space, gpus)
+    measured_config = measurement_config(config, _cluster_gpus(), log)
+    count = MEASURED_ROUNDS if measured_config.mode == "one_round" else measured_config.rounds
+    what = "aggregation(s)" if measured_config.mode == "one_round" else "round(s)"
+    log(f"estimate: measuring {count} {what} of {measured_config.algorithm.name} on {measured_config.dataset.name}"
+        f"{' (stand-in)' if measured_config.stand_in else ''}, seed {measured_config.seed} ...")
+    scratch = None if cache_dir else tempfile.mkdtemp(prefix="fedsweep-estimate-")
+    try:
+        measured = measure(measured_config, open_cache(cache_dir or scratch))
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    gpus = gpus if gpus is not None else max(_cluster_gpus(), 1)
+    return measured_config, measured, predict(measured, config, space, gpus=gpus), gpus
+
+
+def estimate(config, space=None, gpus: Optional[int] = None, address: Optional[str] = None,
+             dashboard: bool = False, cache_dir: Optional[str] = None, command: str = "", log=print) -> str:
+    """``--estimate``'s text: :func:`measure_and_predict`, then :func:`estimate_text` (``command``: the line to run
+    on a GPU node where a GPU trial was measured on CPUs)."""
+    measured_config, measured, prediction, gpus = measure_and_predict(config, space, gpus, address, dashboard,
+                                                                      cache_dir, log)
+    return estimate_text(measured, prediction, config, space, gpus, command, tuple(data_plan(measured_config).lines()))

@@ -99,13 +99,18 @@ class Reusable:
         return True
 
     def peak_memory(self) -> dict:
-        """This process's peak resident memory (bytes) and, where it uses a GPU, the peak GPU memory torch allocated
-        (``platform.run --estimate``)."""
+        """This process's peak resident memory (bytes) and, where it uses a GPU, the peak GPU memory torch allocated,
+        with where it ran: the node's host name and the device (``platform.run --estimate`` says what it measured
+        on)."""
+        import os
         import resource
+        import socket
 
-        peak = {"rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        peak = {"rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "host": socket.gethostname(),
+                "device": f"CPU ({os.cpu_count()} cores)"}
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             peak["gpu_bytes"] = int(torch.cuda.max_memory_allocated())
+            peak["device"] = f"GPU ({torch.cuda.get_device_name(torch.cuda.current_device())})"
         return peak
 
 

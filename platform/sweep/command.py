@@ -221,6 +221,7 @@ def main(argv=None) -> int:
     from platform.config.experiment import parse_overrides
     from platform.config.search_space import load_search_space
     from platform.preflight import check_experiment, check_settings
+    from platform.preflight.citations import check_effective_citations
 
     overrides = parse_overrides(args.overrides)
     if args.stand_in:
@@ -231,6 +232,7 @@ def main(argv=None) -> int:
                               check=check_settings if planning else check_experiment, preset=args.preset,
                               repeats=args.repeats)
     base_config = space.trial_config({})
+    check_effective_citations(space)  # a preset cites every value that shapes its experiment, inherited ones too
     if args.dry_run:  # the plan names the notes
         return _plan(args, space, base_config)
     for note in space.notes:
@@ -286,10 +288,9 @@ def _plan(args, space, base_config) -> int:
         print(sweep_plan(space, base_config))
         return 0
     first = space.cell_space(0).trial_config({}) if space.scenarios else base_config
-    from platform.stages.cache import open_cache
-
+    command = f"python -m platform.sweep {args.name}" + (f" --preset {args.preset}" if args.preset else "")
     print(estimate(first, space, gpus=args.gpus, address=args.address, dashboard=args.ray_dashboard,
-                   cache=open_cache(args.cache_dir, not args.no_cache)))
+                   cache_dir=args.cache_dir, command=command + " --estimate"))
     return 0
 
 

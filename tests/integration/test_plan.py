@@ -49,7 +49,9 @@ def test_estimate_measures_rounds_and_predicts_the_sweep(tmp_path):
                      cwd=str(tmp_path), env=env, timeout=300)
     assert result.returncode == 0, result.stderr + result.stdout
     out = result.stdout
-    assert "estimate: no GPU here: measuring on" in out  # the preset asks for half a GPU; none here
-    assert "seconds per round" in out and "peak memory:" in out
+    assert "the trial asks for a GPU and this cluster has none: measuring on CPUs" in out  # the preset: half a GPU
+    assert "measuring 2 round(s)" in out and "round 1: " in out and "round 2: " in out and "peak memory:" in out
+    assert "parameters)" in out and "per client (" in out  # the model's size and the data's
     assert "sweep tiny: 4 trial(s) x 1 seed(s) x 4 round(s)" in out
-    assert "predicted on 2 GPU(s) (4 trial(s) at once, 0.5 GPU each): wall time" in out and "GPU-hours" in out
+    assert "CPU(s) like these" in out and "GPU-hours" not in out and "GPU time: not predicted" in out
+    assert sorted(os.listdir(tmp_path)) == ["spaces"]  # nothing written: the stage cache was temporary

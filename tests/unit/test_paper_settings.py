@@ -150,6 +150,8 @@ def _section_found(text: str, section: str) -> bool:
 @pytest.mark.parametrize("name,preset", _all_presets())
 def test_every_cited_section_and_table_is_in_its_document(name, preset):
     chosen = _presets(name)[preset]
+    if not chosen.document:
+        pytest.skip("a variant of the embedded default: it cites no document")
     with open(os.path.join(_spec_dir(), chosen.document), encoding="utf-8") as fh:
         text = fh.read()
     flat = re.sub(r"(Fig\.)\s+", r"\1", text)

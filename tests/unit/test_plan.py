@@ -4,7 +4,7 @@ import copy
 import yaml
 
 from platform.config.search_space import load_search_space
-from platform.preflight.plan import cell_trials, predict, sweep_plan
+from platform.preflight.plan import predict, sweep_plan
 from tests.unit.test_presets import SPACE
 
 
@@ -37,14 +37,14 @@ def test_grid_trials_per_cell(tmp_path):
     raw["search"].update(searcher="grid", num_samples=2)
     path = tmp_path / "grid.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    assert cell_trials(load_search_space(str(path))) == [("", 12)]  # 3 x 2 grid points x 2 repetitions
-    assert cell_trials(load_search_space(str(path), {"clients.lr": 0.05})) == [("", 4)]  # pinned: momentum only
+    assert load_search_space(str(path)).trials_per_cell() == [("", 12)]  # 3 x 2 grid points x 2 repetitions
+    assert load_search_space(str(path), {"clients.lr": 0.05}).trials_per_cell() == [("", 4)]  # pinned: momentum only
 
 
 def test_prediction_scales_one_trial_to_the_sweep(tmp_path):
     space = _space(tmp_path, "paper", seeds=[0, 1], num_samples=5)  # 2 cells x 5 trials, 0.5 GPU each
     config = space.cell_space(0).trial_config({})
-    measured = {"round_seconds": [3.0, 1.0], "setup_seconds": 2.0, "rss_bytes": 1, "gpu_bytes": None}
+    measured = {"round_seconds": [3.0, 1.0], "setup_seconds": 2.0, "rss_bytes": 1, "gpu_bytes": 2**30}  # on a GPU
     one_gpu = predict(measured, config, space, gpus=1)
     trial = 2.0 + 1.0 * 4 * 2  # set-up + steady round x 4 rounds x 2 seeds
     assert one_gpu["trial_seconds"] == trial and one_gpu["trials"] == 10 and one_gpu["side_by_side"] == 2
@@ -55,3 +55,24 @@ def test_prediction_scales_one_trial_to_the_sweep(tmp_path):
     assert eight["gpu_hours"] == one_gpu["gpu_hours"]  # more GPUs: sooner, not cheaper
     capped = _space(tmp_path, "paper", seeds=[0, 1], num_samples=5, max_concurrent_trials=1)
     assert predict(measured, config, capped, gpus=8)["wall_seconds"] == 2 * 5 * trial
+
+
+def test_measured_on_cpus_a_gpu_trial_is_predicted_for_those_cpus_and_no_gpu_time(tmp_path):
+    """A trial that asks for half a GPU, measured on CPUs (the cluster has none): the wall time is for the CPUs
+    measured, trials side by side as their cores allow; no GPU wall time, no GPU-hours, and the text says where to
+    measure instead."""
+    from platform.preflight.plan import estimate_text
+
+    space = _space(tmp_path, "paper", seeds=[0, 1], num_samples=5)
+    config = space.cell_space(0).trial_config({})
+    assert config.resources.gpu > 0
+    measured = {"round_seconds": [3.0, 1.0], "setup_seconds": 2.0, "rss_bytes": 1, "gpu_bytes": None,
+                "host": "node-a", "device": "CPU (4 cores)", "parameters": 1234}
+    cpu = predict(measured, config, space, gpus=8, cpus=4)
+    assert cpu["gpu_hours"] is None and not cpu["on_gpu"]
+    assert cpu["side_by_side"] == int(4 // config.resources.cpu)  # the CPUs decide, not the 8 GPUs asked about
+    text = estimate_text(measured, cpu, config, space, gpus=8, command="python -m platform.sweep tiny --estimate")
+    assert "GPU-hours" not in text and "GPU(s)" not in text
+    assert "GPU time: not predicted" in text and "ray job submit" in text
+    assert "measured on node-a, CPU (4 cores)" in text and "1,234 parameters" in text
+    assert "round 1: 3.00 s (warm-up" in text and "round 2: 1.00 s (steady" in text

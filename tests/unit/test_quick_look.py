@@ -38,7 +38,6 @@ def test_spread_indices_are_even_and_deterministic():
 
 def test_num_samples_on_a_grid_takes_points_spread_over_it(tmp_path):
     from platform.config.search_space import grid_points, load_search_space
-    from platform.preflight.plan import cell_trials
     from platform.sweep import segments
     from platform.sweep.study import _expected_trials
 
@@ -47,7 +46,7 @@ def test_num_samples_on_a_grid_takes_points_spread_over_it(tmp_path):
     assert own.search.num_samples == 2 and len(grid_points(own)) == 5 and _expected_trials(own) == 10
     quick = load_search_space(path, num_samples=2)
     assert [p["clients.lr"] for p in grid_points(quick)] == [0.01, 0.05]
-    assert quick.search.num_samples == 1 and _expected_trials(quick) == 2 and cell_trials(quick) == [("", 2)]
+    assert quick.search.num_samples == 1 and _expected_trials(quick) == 2 and quick.trials_per_cell() == [("", 2)]
     assert [p["clients.lr"] for s in segments.plan(quick) for p in s.grid_points] == [0.01, 0.05]  # what Tune gets
     repeated = load_search_space(path, num_samples=3, repeats=2)
     assert [p["clients.lr"] for p in grid_points(repeated)] == [0.01, 0.03, 0.05] and _expected_trials(repeated) == 6
