@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,14 +48,18 @@ PREDICTED = re.compile(r"wall time ≈ [^()]*\((\d+(?:\.\d+)?) s\)")
 def _run(args: list[str], home: str, timeout: float) -> tuple[float, float, str]:
     """(wall seconds, other load, output) of ``python -m platform.sweep ARGS --address local`` with its own results
     home and Ray temp dir under ``home``."""
-    env = dict(os.environ, FEDSWEEP_HOME=home, RAY_TMPDIR=os.path.join(home, "ray"), RAY_ADDRESS="",
-               RAY_USAGE_STATS_ENABLED="0", MLFLOW_TRACKING_URI="", FEDSWEEP_CACHE="")
-    os.makedirs(env["RAY_TMPDIR"], exist_ok=True)
+    os.makedirs(home, exist_ok=True)
+    ray_tmp = tempfile.mkdtemp(prefix="fea-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    env = dict(os.environ, FEDSWEEP_HOME=home, RAY_TMPDIR=ray_tmp, RAY_ADDRESS="", RAY_USAGE_STATS_ENABLED="0",
+               MLFLOW_TRACKING_URI="", FEDSWEEP_CACHE="")
     started = time.perf_counter()
-    with ForeignLoad() as load:
-        done = subprocess.run([sys.executable, "-m", "platform.sweep", *args, "--address", "local"], cwd=home, env=env,
-                              capture_output=True, text=True, timeout=timeout)
-    wall = time.perf_counter() - started
+    try:
+        with ForeignLoad() as load:
+            done = subprocess.run([sys.executable, "-m", "platform.sweep", *args, "--address", "local"], cwd=home,
+                                  env=env, capture_output=True, text=True, timeout=timeout)
+        wall = time.perf_counter() - started
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     if done.returncode != 0:
         raise RuntimeError(f"platform.sweep {' '.join(args)} exited {done.returncode}:\n{done.stdout[-2000:]}\n"
                            f"{done.stderr[-2000:]}")

@@ -1,30 +1,38 @@
 """Why MNFL's coefficient matrix c stays near uniform on the ``mnfl_rho`` base, and how much rho changes it.
 
-    python -m benchmarks.mnfl_coefficients [--rhos 0,0.7,3] [--rounds 30] [--seed 0] [--every 5]
+    python -m benchmarks.mnfl_coefficients [--rhos 0,0.7,3] [--rounds 30] [--seed 0] [--every 5] [--threads 1]
                                            [--set KEY=VALUE ...] [--json]
 
 Runs MNFL on the ``mnfl_rho`` search space's base config (digits, 12 clients all sampled, four architectures, the
 431-image public pool used whole every round, η3 = 0.01, λ = 1, T = 1; ``--set`` overrides it as ``platform.run``
 does) in this process, without Ray: one :class:`platform.runtime.actors.ParameterServer` and one
 :class:`platform.runtime.actors.ClientPool`, the classes a trial's actors run, so the rounds are the platform's
-(the same clients, generators and c-steps). Before each aggregate it recomputes, on the predictions the server's
-c-step is about to use (``distilled_probs``, the default ``after_distill_refresh`` order), every c-step of Eq. 7
-(:func:`algorithms.common.coefficients.coefficient_gradient`, one per public mini-batch of 256) and prints,
-per round (mean over the round's c-steps, Frobenius norms over the N×N matrix):
+(the same clients, generators and c-steps; about 25 s a rho on 2 CPUs). Before each aggregate it recomputes, on
+the predictions the server's c-step is about to use (``distilled_probs``, the default ``after_distill_refresh``
+order), every c-step of Eq. 7 (:func:`algorithms.common.coefficients.coefficient_gradient`, one per public
+mini-batch of 256; the recomputed steps are checked to give the server's c) and prints, per round (means over
+the round's c-steps; norms are Frobenius over the N×N matrix):
 
-- ``|g_KL|``: the norm of the KL term's gradient λ Σ_n p_n ∇_c KL_n (p_n = D_n / D ≈ 1/N);
-- ``|g_KL|c``: the same with each column's mean removed: the part the simplex projection keeps (the "+1" of the
-  gradient and any shift common to a column move nothing), with ``max|g|c``, its largest entry;
+- ``steps``: c-steps this round (round 1 has none: no predictions yet);
+- ``|g_KL|``: the norm of the KL term's gradient λ Σ_n p_n ∇_c KL_n (p_n = D_n / D ≈ 1/N), mean over samples;
+  mostly the gradient's "+1" (λ p_n in every entry), which moves nothing on the simplex;
+- ``|g_KL|c``: the same with each column's mean removed, the part the simplex projection keeps, and
+  ``max|g|c``, its largest entry;
 - ``eta3 step``: η3 · ``|g_KL|c``, how far the KL term moves c in one c-step;
-- ``rho pull``: η3 · 2ρ · ‖c − 1/N‖, the regulariser's step back towards uniform;
-- ``steps``: c-steps this round;
-- then c after the round's aggregate: ``max|c-1/N|`` (largest entry's distance from uniform; 1/N = 0.0833),
-  ``entropy`` (mean column entropy, nats; ln N = 2.4849 is uniform), ``self`` (mean diagonal; 1/N is uniform),
-  and ``val``: the mean client validation accuracy.
+- ``rho pull``: η3 · 2ρ · ‖c − 1/N‖, the regulariser's step back towards uniform (equal to ``eta3 step`` once
+  c has settled);
+- then c after the round's aggregate: ``max|c-1/N|`` (the largest entry's distance from uniform; 1/N = 0.0833
+  for 12 clients), ``entropy`` (mean column entropy, nats, the platform's ``c_entropy``; ln N = 2.4849 is
+  uniform, and near uniform it falls short of ln N by only ‖c − 1/N‖²_F / 2), ``self`` (mean diagonal, the
+  platform's ``c_self_weight``);
+- ``TV(Q,mean)``: how far next round's targets Q_n = Σ_m c[m, n] s_m are from the plain mean of the clients'
+  predictions (the targets of c = 1/N, FedMD's): total variation, mean over students and public samples;
+- ``val``: the mean client validation accuracy.
 
-Every ``--every``-th round (and the first two and the last) is printed; the line after each rho's table gives
-its seconds. ``python -m benchmarks.mnfl_coefficients --set algorithm.distill_passes=3`` and the like try
-other settings.
+Every ``--every``-th round (and rounds 1, 2 and the last) is printed; then each rho's final figures and seconds.
+Other settings: e.g. ``--set algorithm.temperature=10`` or ``--set algorithm.lam=10``. ``--threads`` (default 1)
+sets torch's threads: the figures of c do not depend on it, val_accuracy can differ by an image (the order of
+floating-point sums).
 """
 from __future__ import annotations
 
@@ -107,7 +115,7 @@ def target_shift(c, extra: dict) -> float:
     return float(0.5 * (q - s.mean(dim=0, keepdim=True)).abs().sum(-1).mean())
 
 
-def run(config, threads: int = 2) -> list[dict]:
+def run(config, threads: int = 1) -> list[dict]:
     """One MNFL run of ``config`` in this process; per round the c-step sizes and c's distance from uniform."""
     import torch
 
@@ -174,7 +182,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=30, help="rounds (default: the mnfl_rho base's 30)")
     parser.add_argument("--seed", type=int, default=0, help="replicate seed (default 0)")
     parser.add_argument("--every", type=int, default=5, help="print every k-th round (and rounds 1, 2 and the last)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="override the base config (repeatable)")
     parser.add_argument("--json", action="store_true", help="print every round of every rho as JSON")
     args = parser.parse_args(argv)

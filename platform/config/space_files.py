@@ -92,7 +92,7 @@ def find_search_space(name: str) -> str:
     raise UserError(f"unknown search space {name!r}; available: {', '.join(available_search_spaces()) or 'none'}")
 
 
-SECTIONS = ("description", "base", "parameters", "search", "resources", "scenarios", "reference", "presets",
+SECTIONS = ("description", "caveat", "base", "parameters", "search", "resources", "scenarios", "reference", "presets",
             "default_minutes")
 
 
@@ -114,6 +114,10 @@ def read_search_space(name: str, preset: Optional[str] = None) -> tuple[str, dic
                                 or not math.isfinite(minutes) or minutes <= 0):
         raise ConfigError("default_minutes", f"must be a positive number (the minutes the space's default setting "
                                              f"takes on 2 CPUs), got {minutes!r}")
+    caveat = raw.get("caveat")
+    if caveat is not None and (not isinstance(caveat, str) or not caveat.strip() or "\n" in caveat.strip()):
+        raise ConfigError("caveat", f"must be one line saying what the default setting cannot show (printed by "
+                                    f"--list), got {caveat!r}")
     presets = parse_presets(raw.get("presets"))
     chosen = select_preset(presets, preset, os.path.splitext(os.path.basename(path))[0])
     if chosen is not None:
@@ -131,8 +135,9 @@ def question(description: str, width: int = 100) -> str:
 
 
 def space_listing() -> list[str]:
-    """``--list``: per space, its question (the first sentence of its description), its presets and the minutes its
-    default setting takes on 2 CPUs (``default_minutes:``). Reads the files only (no torch, no validation of values); a
+    """``--list``: per space, its question (the first sentence of its description), its presets, the minutes its
+    default setting takes on 2 CPUs (``default_minutes:``) and, where it has one, its ``caveat:`` (what the default
+    setting cannot show). Reads the files only (no torch, no validation of values); a
     file that does not read says why on its line."""
     lines = []
     names = available_search_spaces()
@@ -147,4 +152,6 @@ def space_listing() -> list[str]:
         took = f"about {minutes:g} min on 2 CPUs" if minutes is not None else "time not measured"
         lines.append(f"{name:<{pad}}{question(raw.get('description'))}")
         lines.append(f"{'':<{pad}}presets: {', '.join(presets) or 'none'}; default setting: {took}")
+        if raw.get("caveat"):
+            lines.append(f"{'':<{pad}}caveat: {raw['caveat'].strip()}")
     return lines

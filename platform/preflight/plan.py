@@ -207,10 +207,70 @@ def _parameters(config, shared) -> int:
     return int(sum(p.numel() for p in model.parameters()))
 
 
+PROBE_TRIALS = 6  # the no-op trials the sweep-overhead probe runs
+
+
+def _probe_trial(config) -> None:
+    """A Tune trial that only does what every trial's process does first: import the trial's modules."""
+    import time as clock
+
+    from ray import tune
+
+    import platform.runtime.trial  # noqa: F401 - torch, the algorithms, the runtime
+
+    tune.report({"started": clock.time()})
+
+
+def sweep_overhead(config, side_by_side: int, rounds: int) -> dict:
+    """The sweep's own costs beyond a trial's training, measured on the connected cluster with the real components:
+    a Tune experiment of :data:`PROBE_TRIALS` no-op trials with the trial's resources, ``side_by_side`` at once and
+    the sweep's actor reuse (``cell_seconds``: from the experiment's start to its first trial's, that trial's process
+    start and imports included, plus its end after the last; ``tune_trial_seconds``: the driver's time between one
+    trial's start and the next's), and one trial's MLflow bookkeeping in a temporary SQLite store (a run, its
+    parameters, ``rounds`` rounds of metrics; ``tracking_trial_seconds``)."""
+    import shutil
+    import tempfile
+
+    from ray import tune
+
+    from platform.results.tracking import Tracker
+
+    scratch = tempfile.mkdtemp(prefix="fedsweep-estimate-")
+    try:
+        trainable = tune.with_resources(_probe_trial, {"cpu": config.resources.cpu, "gpu": config.resources.gpu})
+        tuner = tune.Tuner(trainable, param_space={"probe": tune.grid_search(list(range(PROBE_TRIALS)))},
+                           tune_config=tune.TuneConfig(max_concurrent_trials=max(1, side_by_side), reuse_actors=True),
+                           run_config=tune.RunConfig(name="probe", storage_path=os.path.join(scratch, "tune"),
+                                                     verbose=0))
+        started = time.time()
+        results = tuner.fit()
+        ended = time.time()
+        starts = sorted(r.metrics["started"] for r in results if r.metrics and "started" in r.metrics)
+        tracker = Tracker(f"sqlite:///{os.path.join(scratch, 'mlflow.db')}", "estimate-probe")
+        parent = tracker.start_run("probe", {})
+        flat = {k: v for k, v in config.flat().items()}
+        metrics = {f"metric_{i}": 0.5 for i in range(12)}
+        timed = []
+        for attempt in range(2):  # the first pays the store's first use; the second is what a sweep's trial pays
+            begun = time.perf_counter()
+            run = tracker.start_run(f"trial {attempt}", {"status": "running"}, parent_run_id=parent)
+            tracker.log_params(run, flat)
+            for step in range(1, rounds + 1):
+                tracker.log_metrics(run, metrics, step=step)
+            tracker.end_run(run)
+            timed.append(time.perf_counter() - begun)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    return {"cell_seconds": (starts[0] - started) + (ended - starts[-1]) if starts else ended - started,
+            "tune_trial_seconds": sum(gaps) / len(gaps) if gaps else 0.0, "tracking_trial_seconds": timed[-1]}
+
+
 def measure(config, cache) -> dict:
     """Run ``config`` (one seed) on Ray actors with the trial's own resources; returns the seconds of each measured
-    round (``round_seconds``: the first is the warm-up, the last the steady cost), the actors' start-up, where they
-    ran (``host``, ``device``), their peak memory, and the model's parameter count. Ray must be connected."""
+    round (``round_seconds``: the first is the warm-up, the last the steady cost), the start of the trial's actors
+    (``setup_seconds``), where they ran (``host``, ``device``), their peak memory, and the model's parameter count.
+    Ray must be connected."""
     from platform.runtime.federation import share_dataset
     from platform.runtime.pretrain import prepare_pretrained
     from platform.runtime.trial import run_one_round, run_rounds, start_federations, stop_federations
@@ -242,36 +302,63 @@ def measure(config, cache) -> dict:
             "parameters": _parameters(config, shared)}
 
 
+def side_by_side(config, space=None, on_gpu: bool = False, gpus: int = 1, cpus: Optional[int] = None) -> int:
+    """Trials at once: as the GPUs allow where the trial runs on a GPU, else the CPUs; at most
+    ``search.max_concurrent_trials``."""
+    if on_gpu:
+        at_once = max(1, math.floor(gpus / config.resources.gpu + 1e-9))
+    else:
+        at_once = max(1, math.floor((cpus or os.cpu_count() or 1) / config.resources.cpu + 1e-9))
+    if space is not None and space.search.max_concurrent_trials:
+        at_once = min(at_once, space.search.max_concurrent_trials)
+    return at_once
+
+
 def predict(measured: dict, config, space=None, gpus: int = 1, cpus: Optional[int] = None) -> dict:
-    """The sweep's (or the single run's) predicted wall time from one measured trial (module docstring), on the
-    device it was measured on: with ``gpus`` GPUs where it was measured on a GPU (then also the GPU-hours), else on
-    ``cpus`` CPUs (this machine's by default; ``gpu_hours`` None: CPU seconds are never passed off as GPU time)."""
-    steady = measured["round_seconds"][-1]
+    """The sweep's (or the single run's) predicted wall time from one measured trial, on the device it was measured
+    on: with ``gpus`` GPUs where it was measured on a GPU (then also the GPU-hours), else on ``cpus`` CPUs (this
+    machine's by default; ``gpu_hours`` None: CPU seconds are never passed off as GPU time).
+
+    The model, from a sweep's own timeline: the command's start (``startup_seconds``: interpreter, imports, Ray)
+    once; per scenario cell (a Tune experiment of its own) the experiment's start and end, its first trial's process
+    included (``cell_seconds``, :func:`sweep_overhead`); the cell's first wave of trials starts the trials' actors
+    (``setup_seconds``) and pays the warm-up (the first measured round's excess over the steady one, per seed);
+    every later trial reuses a finished trial's process and actors (Tune's ``reuse_actors``), so it costs its rounds
+    at the steady rate, seeds one after another, plus the driver's bookkeeping (``trial_overhead_seconds``: Tune's
+    and MLflow's), which runs one trial after another on the driver. One-round mode: a cell's first trials train
+    the clients (the first measured aggregation), later ones re-aggregate the cached clients."""
+    rounds_measured = measured["round_seconds"]
+    steady = rounds_measured[-1]
     seeds = len(space.seeds) if space is not None else 1
     one_round = config.mode == "one_round"
     rounds = 1 if one_round else config.rounds
-    trial_seconds = measured["setup_seconds"] + steady * rounds * seeds
-    # one_round: a cell's first trials train the clients (the first measured round); later ones re-aggregate
-    first_seconds = measured["setup_seconds"] + measured["round_seconds"][0] * seeds if one_round else trial_seconds
+    trial_seconds = steady * rounds * seeds  # a trial in a reused process: its rounds
+    if one_round:
+        first_seconds = measured["setup_seconds"] + rounds_measured[0] * seeds  # trains (and caches) the clients
+    else:
+        first_seconds = measured["setup_seconds"] + max(rounds_measured[0] - steady, 0.0) * seeds + trial_seconds
     cells = space.trials_per_cell() if space is not None else [("", 1)]
     per_trial_gpu = config.resources.gpu
     on_gpu = per_trial_gpu > 0 and measured.get("gpu_bytes") is not None
-    if on_gpu:
-        side_by_side = max(1, math.floor(gpus / per_trial_gpu + 1e-9))
-    else:
-        side_by_side = max(1, math.floor((cpus or os.cpu_count() or 1) / config.resources.cpu + 1e-9))
-    if space is not None and space.search.max_concurrent_trials:
-        side_by_side = min(side_by_side, space.search.max_concurrent_trials)
+    at_once = side_by_side(config, space, on_gpu, gpus, cpus)
     # pre-training (pretrain.method): once per (architecture, init seed) before the trials, on the driver's cluster
     pretrain = measured.get("pretrain_epoch_seconds", 0.0) * config.pretrain.epochs * seeds \
         if config.pretrain.method != "none" else 0.0
-    wall = pretrain + sum(first_seconds + (math.ceil(trials / side_by_side) - 1) * trial_seconds
-                          for _, trials in cells)
+    startup = measured.get("startup_seconds", 0.0)
+    per_cell = measured.get("cell_seconds", 0.0)
+    overhead = measured.get("trial_overhead_seconds", 0.0)
+
+    def cell_wall(trials: int) -> float:
+        later = trials - min(trials, at_once)
+        waves = math.ceil(trials / at_once) - 1
+        return per_cell + first_seconds + overhead + max(waves * (trial_seconds + overhead), later * overhead)
+
+    wall = startup + pretrain + sum(cell_wall(t) for _, t in cells)
     trials = sum(t for _, t in cells)
-    busy = sum(first_seconds + (t - 1) * trial_seconds for _, t in cells)
+    busy = sum(min(t, at_once) * first_seconds + max(t - at_once, 0) * trial_seconds for _, t in cells)
     return {"seconds_per_round": steady, "trial_seconds": trial_seconds, "first_trial_seconds": first_seconds,
-            "pretrain_seconds": pretrain, "on_gpu": on_gpu,
-            "trials": trials, "seeds": seeds, "rounds": rounds, "side_by_side": side_by_side, "wall_seconds": wall,
+            "pretrain_seconds": pretrain, "startup_seconds": startup, "on_gpu": on_gpu,
+            "trials": trials, "seeds": seeds, "rounds": rounds, "side_by_side": at_once, "wall_seconds": wall,
             "gpu_hours": busy * per_trial_gpu / 3600.0 if on_gpu else None}
 
 
@@ -312,8 +399,12 @@ def estimate_text(measured: dict, prediction: dict, config, space=None, gpus: in
     per_gpu = config.resources.gpu
     lines = [f"measured on {measured.get('host', '?')}, {measured.get('device', '?')}: {config.algorithm.name}, "
              f"model {config.model.name} ({measured.get('parameters', 0):,} parameters), "
-             f"{len(measured['round_seconds'])} round(s) on seed {config.seed}; actors' start-up "
-             f"{measured['setup_seconds']:.1f} s", *_measured_rounds(measured, config),
+             f"{len(measured['round_seconds'])} round(s) on seed {config.seed}",
+             f"  start-up: the command {measured.get('startup_seconds', 0.0):.1f} s (interpreter, imports, Ray), "
+             f"the trial's actors {measured['setup_seconds']:.1f} s"
+             + (f"; per scenario cell {measured['cell_seconds']:.1f} s (a Tune experiment, its first trial's process)"
+                f", per trial {measured['trial_overhead_seconds']:.2f} s (Tune's and MLflow's bookkeeping)"
+                if "cell_seconds" in measured else ""), *_measured_rounds(measured, config),
              f"peak memory: {_bytes(measured['rss_bytes'])} resident (largest actor)"
              + (f", {_bytes(measured['gpu_bytes'])} GPU" if measured["gpu_bytes"] is not None else ""),
              *data_lines]
@@ -356,6 +447,7 @@ def measure_and_predict(config, space=None, gpus: Optional[int] = None, address:
     from platform.stages.cache import open_cache
 
     connect_ray(address, dashboard)
+    startup = _seconds_since_start()  # what the sweep's command also pays before its first trial: imports, Ray
     measured_config = measurement_config(config, _cluster_gpus(), log)
     count = MEASURED_ROUNDS if measured_config.mode == "one_round" else measured_config.rounds
     what = "aggregation(s)" if measured_config.mode == "one_round" else "round(s)"
@@ -367,8 +459,32 @@ def measure_and_predict(config, space=None, gpus: Optional[int] = None, address:
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+    measured["startup_seconds"] = startup
     gpus = gpus if gpus is not None else max(_cluster_gpus(), 1)
+    if space is not None:  # a sweep: what Tune and MLflow add, measured with the trial's resources
+        at_once = side_by_side(config, space, measured.get("gpu_bytes") is not None and config.resources.gpu > 0,
+                               gpus)
+        log(f"estimate: measuring the sweep's own costs ({PROBE_TRIALS} no-op Tune trials, one trial's MLflow "
+            f"records) ...")
+        overhead = sweep_overhead(measured_config, min(at_once, PROBE_TRIALS),
+                                  1 if config.mode == "one_round" else config.rounds)
+        measured["cell_seconds"] = overhead["cell_seconds"]
+        measured["trial_overhead_seconds"] = overhead["tune_trial_seconds"] + overhead["tracking_trial_seconds"]
     return measured_config, measured, predict(measured, config, space, gpus=gpus), gpus
+
+
+def _seconds_since_start() -> float:
+    """Seconds since this process started (its interpreter, imports and Ray's start, so far), from Linux's
+    /proc; 0 where that cannot be read."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            started_ticks = float(fh.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+        return max(uptime - started_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
 
 
 def estimate(config, space=None, gpus: Optional[int] = None, address: Optional[str] = None,

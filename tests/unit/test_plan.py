@@ -42,19 +42,30 @@ def test_grid_trials_per_cell(tmp_path):
 
 
 def test_prediction_scales_one_trial_to_the_sweep(tmp_path):
+    """The command starts once; each cell pays its Tune experiment's start, and its first wave starts the trials'
+    actors and pays the warm-up; later trials reuse them and cost their rounds at the steady rate, seeds one after
+    another, plus the driver's bookkeeping per trial."""
     space = _space(tmp_path, "paper", seeds=[0, 1], num_samples=5)  # 2 cells x 5 trials, 0.5 GPU each
     config = space.cell_space(0).trial_config({})
-    measured = {"round_seconds": [3.0, 1.0], "setup_seconds": 2.0, "rss_bytes": 1, "gpu_bytes": 2**30}  # on a GPU
+    measured = {"round_seconds": [3.0, 1.0], "setup_seconds": 2.0, "startup_seconds": 7.0, "cell_seconds": 4.0,
+                "trial_overhead_seconds": 0.5, "rss_bytes": 1, "gpu_bytes": 2**30}  # measured on a GPU
     one_gpu = predict(measured, config, space, gpus=1)
-    trial = 2.0 + 1.0 * 4 * 2  # set-up + steady round x 4 rounds x 2 seeds
-    assert one_gpu["trial_seconds"] == trial and one_gpu["trials"] == 10 and one_gpu["side_by_side"] == 2
-    assert one_gpu["wall_seconds"] == 2 * 3 * trial  # per cell ceil(5 / 2) = 3 waves, cells one after another
-    assert abs(one_gpu["gpu_hours"] - 10 * trial * 0.5 / 3600) < 1e-12
+    trial = 1.0 * 4 * 2  # steady round x 4 rounds x 2 seeds
+    first = 2.0 + (3.0 - 1.0) * 2 + trial  # actors + the warm-up's excess per seed + its rounds
+    assert one_gpu["trial_seconds"] == trial and one_gpu["first_trial_seconds"] == first
+    assert one_gpu["trials"] == 10 and one_gpu["side_by_side"] == 2
+    cell = 4.0 + first + 0.5 + 2 * (trial + 0.5)  # per cell ceil(5 / 2) = 3 waves
+    assert one_gpu["wall_seconds"] == 7.0 + 2 * cell  # cells one after another
+    assert abs(one_gpu["gpu_hours"] - 2 * (2 * first + 3 * trial) * 0.5 / 3600) < 1e-12
     eight = predict(measured, config, space, gpus=8)
-    assert eight["side_by_side"] == 16 and eight["wall_seconds"] == 2 * trial
-    assert eight["gpu_hours"] == one_gpu["gpu_hours"]  # more GPUs: sooner, not cheaper
+    assert eight["side_by_side"] == 16 and eight["wall_seconds"] == 7.0 + 2 * (4.0 + first + 0.5)
     capped = _space(tmp_path, "paper", seeds=[0, 1], num_samples=5, max_concurrent_trials=1)
-    assert predict(measured, config, capped, gpus=8)["wall_seconds"] == 2 * 5 * trial
+    assert predict(measured, config, capped, gpus=8)["wall_seconds"] == 7.0 + 2 * (4.0 + first + 0.5 + 4 * (trial + 0.5))
+    # trials too short to hide the driver's bookkeeping: it runs one trial after another
+    quick = dict(measured, round_seconds=[3.0, 0.0], trial_overhead_seconds=2.0)
+    first_quick = 2.0 + 3.0 * 2  # actors + the warm-up, per seed
+    # 2 at once: 2 more waves of no work, but 3 more trials' bookkeeping one after another on the driver
+    assert predict(quick, config, space, gpus=1)["wall_seconds"] == 7.0 + 2 * (4.0 + first_quick + 2.0 + 3 * 2.0)
 
 
 def test_measured_on_cpus_a_gpu_trial_is_predicted_for_those_cpus_and_no_gpu_time(tmp_path):

@@ -238,3 +238,19 @@ def test_default_minutes_must_be_a_positive_number(tmp_path, value):
 
     with pytest.raises(ConfigError, match="default_minutes: must be a positive number"):
         read_search_space(_write(tmp_path, {**GRID, "default_minutes": value}))
+
+
+def test_a_caveat_is_one_line_that_list_shows(tmp_path, monkeypatch, capsys):
+    """A space whose default setting cannot show its answer says so in one line, under its name in --list."""
+    from platform.config.space_files import read_search_space
+    from platform.sweep.command import main
+
+    monkeypatch.setenv("FEDSWEEP_SEARCH_SPACES", str(tmp_path))
+    _write(tmp_path, {**GRID, "caveat": "at this scale the knob moves nothing"}, "aaa_caveat")
+    assert main(["--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    first = lines.index(next(ln for ln in lines if ln.startswith("aaa_caveat ")))
+    assert lines[first + 2].split(None, 1) == ["caveat:", "at this scale the knob moves nothing"]
+    for bad in ("two\nlines", "", 3):
+        with pytest.raises(ConfigError, match="caveat: must be one line"):
+            read_search_space(_write(tmp_path, {**GRID, "caveat": bad}, "bad_caveat"))
