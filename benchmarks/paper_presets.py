@@ -56,9 +56,11 @@ def estimate_row(space: str, preset: str, gpus: int, sets: list[str], timeout: i
     if not ok:
         row["error"] = (out.strip().splitlines() or ["?"])[-1][:160]
         return row
-    row.update(device=_field(r"measured on ([^:]+):", out), steady=_field(r"steady: ([0-9.]+) s", out),
-               memory=_field(r"peak memory: ([^\n]+)", out), trials=_field(r"sweep \S+: ([^;]+);", out),
-               wall=_field(r"wall time ≈ ([^,(]+)", out).strip(), gpu_hours=_field(r"([0-9.]+) GPU-hours", out, "0"))
+    row.update(device=_field(r"measured on [^,]+, ([^:]+):", out),
+               steady=_field(r"a later round[^:]*: ([0-9.]+) s", out, _field(r"aggregation[^:]*: ([0-9.]+) s", out)),
+               memory=_field(r"peak memory: ([^\n]+)", out, "n/a"), trials=_field(r"sweep \S+: ([^;]+);", out),
+               wall=_field(r"wall time ≈ ([^,(]+)", out).strip(),
+               gpu_hours=_field(r"([0-9.]+) GPU-hours", out, "not predicted (measured on CPUs)"))
     return row
 
 

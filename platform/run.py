@@ -266,7 +266,8 @@ def main(argv=None) -> int:
 def _plan(args, overrides: list[str]) -> int:
     """``--dry-run`` (the resolved config, no Ray) or ``--estimate`` (the first rounds measured; with a search space,
     its whole sweep predicted)."""
-    from platform.preflight.plan import estimate, run_plan
+    from platform.preflight.estimate import estimate
+    from platform.preflight.plan import run_plan
     from platform.preflight import check_settings
 
     config, name = resolve_config(args.config, overrides, args.preset, check=check_settings)

@@ -158,6 +158,21 @@ def sweep_trial(trial_config: dict, *, base: dict, seeds: list[int], shared: Sha
             WARM_ACTORS.clear()
 
 
+def trial_trainable(base: dict, seeds: list[int], shared: SharedData | None, resources, cache_root: str | None,
+                    use_cache: bool = True, checkpoint_every: int = 0, search_metrics: tuple[str, ...] = ()):
+    """The Tune trainable of a sweep's trials (and of ``--estimate``'s measured ones): :func:`sweep_trial` with the
+    sweep's fixed arguments, in one placement group per trial (bundles for the trial loop, the parameter server and
+    the client actors, :func:`platform.runtime.placement.trial_bundles`)."""
+    from ray import tune
+
+    from platform.runtime.placement import trial_bundles
+
+    return tune.with_resources(
+        tune.with_parameters(sweep_trial, base=base, seeds=seeds, shared=shared, checkpoint_every=checkpoint_every,
+                             cache_root=cache_root, use_cache=use_cache, search_metrics=search_metrics),
+        tune.PlacementGroupFactory(trial_bundles(resources)))
+
+
 def _run_trial(federations: list[Federation], config, one_round: bool, checkpoint_every: int,
                cache_root: str | None, use_cache: bool, per_seed_metrics: tuple[str, ...],
                numeric: tuple[str, ...]) -> None:

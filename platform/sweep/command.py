@@ -282,7 +282,8 @@ def _check_stores(args) -> str:
 
 def _plan(args, space, base_config) -> int:
     """``--dry-run`` (the plan, no Ray) or ``--estimate`` (one trial's first rounds measured, the sweep predicted)."""
-    from platform.preflight.plan import estimate, sweep_plan
+    from platform.preflight.estimate import estimate
+    from platform.preflight.plan import sweep_plan
 
     if args.dry_run:
         print(sweep_plan(space, base_config))

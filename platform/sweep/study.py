@@ -103,21 +103,15 @@ def _expected_trials(space) -> int:
 
 
 def _trainable(space, base_config, shared, args):
-    """The Tune trainable: :func:`platform.runtime.trial.sweep_trial` with the sweep's fixed arguments, in one
-    placement group per trial (bundles for the trial loop, the parameter server and the client actors)."""
-    from ray import tune
-
+    """The Tune trainable: :func:`platform.runtime.trial.trial_trainable` with the sweep's fixed arguments."""
+    from platform.runtime.trial import trial_trainable
     from platform.stages.cache import default_cache_root
-    from platform.runtime.placement import trial_bundles
     from platform.stages.storage import normalise
-    from platform.runtime.trial import sweep_trial
 
-    return tune.with_resources(
-        tune.with_parameters(sweep_trial, base=space.base, seeds=space.seeds, shared=shared,
-                             checkpoint_every=space.search.checkpoint_every,
-                             cache_root=normalise(args.cache_dir or default_cache_root()),
-                             use_cache=not args.no_cache, search_metrics=tuple(space.search.metrics)),
-        tune.PlacementGroupFactory(trial_bundles(base_config.resources)))
+    return trial_trainable(space.base, space.seeds, shared, base_config.resources,
+                           normalise(args.cache_dir or default_cache_root()), use_cache=not args.no_cache,
+                           checkpoint_every=space.search.checkpoint_every,
+                           search_metrics=tuple(space.search.metrics))
 
 
 def _tuner(trainable, space, base_config, storage, name, callback, segment, history=()):

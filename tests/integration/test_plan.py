@@ -50,7 +50,8 @@ def test_estimate_measures_rounds_and_predicts_the_sweep(tmp_path):
     assert result.returncode == 0, result.stderr + result.stdout
     out = result.stdout
     assert "the trial asks for a GPU and this cluster has none: measuring on CPUs" in out  # the preset: half a GPU
-    assert "measuring 2 round(s)" in out and "round 1: " in out and "round 2: " in out and "peak memory:" in out
+    assert "measuring 4 trial(s) of tiny (2 round(s) each, all 1 seed(s), 2 at once)" in out  # 2 waves: fresh, reused
+    assert "round 1 of a fresh trial: " in out and "round 1 of a reused trial: " in out and "a later round: " in out
     assert "parameters)" in out and "per client (" in out  # the model's size and the data's
     assert "sweep tiny: 4 trial(s) x 1 seed(s) x 4 round(s)" in out
     assert "CPU(s) like these" in out and "GPU-hours" not in out and "GPU time: not predicted" in out

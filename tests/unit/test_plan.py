@@ -4,7 +4,8 @@ import copy
 import yaml
 
 from platform.config.search_space import load_search_space
-from platform.preflight.plan import predict, sweep_plan
+from platform.preflight.estimate import predict
+from platform.preflight.plan import sweep_plan
 from tests.unit.test_presets import SPACE
 
 
@@ -41,43 +42,46 @@ def test_grid_trials_per_cell(tmp_path):
     assert load_search_space(str(path), {"clients.lr": 0.05}).trials_per_cell() == [("", 4)]  # pinned: momentum only
 
 
-def test_prediction_scales_one_trial_to_the_sweep(tmp_path):
-    """The command starts once; each cell pays its Tune experiment's start, and its first wave starts the trials'
-    actors and pays the warm-up; later trials reuse them and cost their rounds at the steady rate, seeds one after
-    another, plus the driver's bookkeeping per trial."""
+def test_prediction_scales_the_measured_trials_to_the_sweep(tmp_path):
+    """The command starts once; each cell pays its Tune experiment's start and end; its first wave costs a fresh
+    trial (its first round includes the start), every later wave a reused one, rounds after the first at the steady
+    rate; the driver's records run one trial after another."""
     space = _space(tmp_path, "paper", seeds=[0, 1], num_samples=5)  # 2 cells x 5 trials, 0.5 GPU each
     config = space.cell_space(0).trial_config({})
-    measured = {"round_seconds": [3.0, 1.0], "setup_seconds": 2.0, "startup_seconds": 7.0, "cell_seconds": 4.0,
-                "trial_overhead_seconds": 0.5, "rss_bytes": 1, "gpu_bytes": 2**30}  # measured on a GPU
+    measured = {"round_seconds": [9.0, 1.0], "fresh_first_round_seconds": 9.0, "reused_first_round_seconds": 3.0,
+                "seeds_measured": 2, "startup_seconds": 7.0, "cell_seconds": 4.0, "trial_overhead_seconds": 0.5,
+                "device": "GPU (test)", "gpu_bytes": 2**30}
     one_gpu = predict(measured, config, space, gpus=1)
-    trial = 1.0 * 4 * 2  # steady round x 4 rounds x 2 seeds
-    first = 2.0 + (3.0 - 1.0) * 2 + trial  # actors + the warm-up's excess per seed + its rounds
-    assert one_gpu["trial_seconds"] == trial and one_gpu["first_trial_seconds"] == first
+    fresh, reused = 9.0 + 1.0 * 3, 3.0 + 1.0 * 3  # the first round, then 3 more at the steady rate (4 rounds)
+    assert one_gpu["first_trial_seconds"] == fresh and one_gpu["trial_seconds"] == reused
     assert one_gpu["trials"] == 10 and one_gpu["side_by_side"] == 2
-    cell = 4.0 + first + 0.5 + 2 * (trial + 0.5)  # per cell ceil(5 / 2) = 3 waves
-    assert one_gpu["wall_seconds"] == 7.0 + 2 * cell  # cells one after another
-    assert abs(one_gpu["gpu_hours"] - 2 * (2 * first + 3 * trial) * 0.5 / 3600) < 1e-12
+    assert one_gpu["wall_seconds"] == 7.0 + 2 * (4.0 + fresh + 2 * reused)  # per cell ceil(5 / 2) = 3 waves
+    assert abs(one_gpu["gpu_hours"] - 2 * (2 * fresh + 3 * reused) * 0.5 / 3600) < 1e-12
     eight = predict(measured, config, space, gpus=8)
-    assert eight["side_by_side"] == 16 and eight["wall_seconds"] == 7.0 + 2 * (4.0 + first + 0.5)
+    assert eight["side_by_side"] == 16 and eight["wall_seconds"] == 7.0 + 2 * (4.0 + fresh)
     capped = _space(tmp_path, "paper", seeds=[0, 1], num_samples=5, max_concurrent_trials=1)
-    assert predict(measured, config, capped, gpus=8)["wall_seconds"] == 7.0 + 2 * (4.0 + first + 0.5 + 4 * (trial + 0.5))
-    # trials too short to hide the driver's bookkeeping: it runs one trial after another
-    quick = dict(measured, round_seconds=[3.0, 0.0], trial_overhead_seconds=2.0)
-    first_quick = 2.0 + 3.0 * 2  # actors + the warm-up, per seed
-    # 2 at once: 2 more waves of no work, but 3 more trials' bookkeeping one after another on the driver
-    assert predict(quick, config, space, gpus=1)["wall_seconds"] == 7.0 + 2 * (4.0 + first_quick + 2.0 + 3 * 2.0)
+    assert predict(measured, config, capped, gpus=8)["wall_seconds"] == 7.0 + 2 * (4.0 + fresh + 4 * reused)
+    # trials too short to hide the driver's records: they run one trial after another
+    quick = dict(measured, round_seconds=[0.1, 0.0], fresh_first_round_seconds=0.1, reused_first_round_seconds=0.0,
+                 trial_overhead_seconds=2.0)
+    assert predict(quick, config, space, gpus=1)["wall_seconds"] == 7.0 + 2 * (4.0 + 5 * 2.0)
+    # a single run measured on one seed: scaled to the sweep's seeds
+    single = dict(measured, seeds_measured=1)
+    assert predict(single, config, space, gpus=1)["first_trial_seconds"] == 2 * fresh
 
 
 def test_measured_on_cpus_a_gpu_trial_is_predicted_for_those_cpus_and_no_gpu_time(tmp_path):
     """A trial that asks for half a GPU, measured on CPUs (the cluster has none): the wall time is for the CPUs
     measured, trials side by side as their cores allow; no GPU wall time, no GPU-hours, and the text says where to
     measure instead."""
-    from platform.preflight.plan import estimate_text
+    from platform.preflight.estimate import estimate_text
 
     space = _space(tmp_path, "paper", seeds=[0, 1], num_samples=5)
     config = space.cell_space(0).trial_config({})
     assert config.resources.gpu > 0
-    measured = {"round_seconds": [3.0, 1.0], "setup_seconds": 2.0, "rss_bytes": 1, "gpu_bytes": None,
+    measured = {"round_seconds": [3.0, 1.0], "fresh_first_round_seconds": 3.0, "reused_first_round_seconds": 1.5,
+                "seeds_measured": 2, "trials_measured": 4, "wave_measured": 2, "cell_seconds": 2.0,
+                "trial_overhead_seconds": 0.1, "startup_seconds": 5.0, "rss_bytes": None, "gpu_bytes": None,
                 "host": "node-a", "device": "CPU (4 cores)", "parameters": 1234}
     cpu = predict(measured, config, space, gpus=8, cpus=4)
     assert cpu["gpu_hours"] is None and not cpu["on_gpu"]
@@ -86,4 +90,6 @@ def test_measured_on_cpus_a_gpu_trial_is_predicted_for_those_cpus_and_no_gpu_tim
     assert "GPU-hours" not in text and "GPU(s)" not in text
     assert "GPU time: not predicted" in text and "ray job submit" in text
     assert "measured on node-a, CPU (4 cores)" in text and "1,234 parameters" in text
-    assert "round 1: 3.00 s (warm-up" in text and "round 2: 1.00 s (steady" in text
+    assert "a Tune experiment of 4 trial(s), 2 at once" in text
+    assert "round 1 of a fresh trial (2 seed(s)): 3.00 s (warm-up" in text
+    assert "round 1 of a reused trial (2 seed(s)): 1.50 s" in text and "a later round (2 seed(s)): 1.00 s (steady" in text
