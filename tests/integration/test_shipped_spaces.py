@@ -111,7 +111,9 @@ def test_mnfl_rho_sweeps_rho_alone():
     assert config.clients.clients_per_round == config.clients.num_clients == 12  # blocks of 3 of 4 architectures
     assert (config.partition.kind, config.partition.alpha, config.partition.min_per_class) == ("unequal_classes", 0.5, 5)
     assert config.partition.val_fraction == 0.2  # 13-20 images a client, 200 in all (issue 32; tests/unit/test_default_signal.py)
-    assert "benchmarks.mnfl_learning" in space.description and "cannot be seen at this scale" in space.description
+    assert "benchmarks.mnfl_learning" in space.description and "cannot be seen in accuracy at this scale" in \
+        space.description
+    assert "benchmarks.mnfl_coefficients" in space.description  # c's distance from uniform, measured per rho
 
 
 def test_fedaux_dp_sweeps_epsilon_per_lambda():

@@ -221,7 +221,7 @@ def test_list_names_each_spaces_question_presets_and_minutes(tmp_path, monkeypat
     assert all("time not measured" not in ln for ln in lines[lines.index(shipped[0]):][:2])
 
 
-NOT_TIMED: set = set()  # every shipped space has a measured default time (fedpa_shrinkage_burnin: session 14)
+NOT_TIMED: set = set()  # every shipped space has a measured default time
 
 
 def test_every_shipped_space_says_how_long_its_default_takes():
