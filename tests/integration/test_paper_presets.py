@@ -24,6 +24,8 @@ SCALE = {
 PRESET_SCALE = {
     ("feded_beta", "paper_baselines"): ["rounds=1", "clients.local_epochs=1"],
     ("fedpa_shrinkage_burnin", "paper_cifar100"): [*SCALE["fedpa_shrinkage_burnin"], "partition.samples_per_client=40"],
+    ("single_image_pruning", "paper"): [*SCALE["single_image_pruning"], "partition.samples_per_client=20"],
+    ("single_image_pruning", "paper_cifar100"): [*SCALE["single_image_pruning"], "partition.samples_per_client=20"],
 }
 DATASET = {"feded_beta": "mnist", "mnfl_rho": "emnist", "single_image_pruning": "cifar10", "fedaux_dp": "cifar10",
            "fedkp_bandwidth": "mnist", "fedpa_shrinkage_burnin": "mnist"}
