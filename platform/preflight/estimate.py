@@ -380,7 +380,7 @@ def measure_and_predict(config, space=None, gpus: Optional[int] = None, address:
     """Measure (module doc) and predict: (the config measured, the measurements, the prediction, the GPUs predicted
     for). The stage cache: ``cache_dir`` where given, else a temporary directory removed afterwards, so an estimate
     leaves nothing behind (its stand-in data never reaches a real cache)."""
-    from platform.cli import connect_ray, quiet_libraries
+    from platform.cli import connect_ray, in_ray_job, quiet_libraries
     from platform.stages.cache import open_cache
 
     quiet_libraries()
@@ -390,6 +390,8 @@ def measure_and_predict(config, space=None, gpus: Optional[int] = None, address:
     measured_config = measurement_config(config, changes)
     gpus = gpus if gpus is not None else max(_cluster_gpus(), 1)
     scratch = tempfile.mkdtemp(prefix="fedsweep-estimate-")
+    if in_ray_job():  # Ray may delete a job's working directory while it runs (Tune then cannot resolve a path)
+        os.chdir(tempfile.gettempdir())
     try:
         if space is None:
             count = MEASURED_ROUNDS if measured_config.mode == "one_round" else measured_config.rounds

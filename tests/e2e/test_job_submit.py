@@ -46,3 +46,28 @@ def test_job_submit_smoke_sweep_lands_in_stable_store(cluster, tmp_path):
         assert len(history) >= 1 and [m.step for m in history] == list(range(1, len(history) + 1))
     assert any(r.data.tags["status"] == "completed" for r in children)
     assert os.path.isdir(home / "ray_results")
+
+
+@pytest.mark.slow
+def test_estimate_under_job_submit_measures_on_the_cluster_and_writes_nothing(cluster, tmp_path):
+    """`ray job submit -- python -m platform.sweep smoke --estimate`: the sweep's own trials measured on the
+    cluster the job runs in (the host and device named), the sweep predicted for CPUs (no GPU time: the trials ask
+    for none), and nothing written to the results home."""
+    wait_for_job_agent(cluster)
+    home = tmp_path / "fedsweep_home"
+    runtime_env = json.dumps({"env_vars": {"FEDSWEEP_HOME": str(home)}})
+    submit = subprocess.run(
+        [RAY, "job", "submit", f"--address={cluster['address']}", "--working-dir", ".",
+         "--runtime-env-json", runtime_env, "--", "python", "-m", "platform.sweep", "smoke",
+         "--num-samples", "3", "--set", "rounds=3", "--estimate"],
+        cwd=REPO_ROOT, env=cluster["env"], capture_output=True, text=True, timeout=600)
+    output = submit.stdout + submit.stderr
+    assert submit.returncode == 0 and "succeeded" in output, output[-5000:]
+    measured = re.search(r"measured on (\S+), CPU \((\d+) cores\): fedavg, model cnn \(([\d,]+) parameters\), "
+                         r"a Tune experiment of (\d+) trial\(s\)", output)
+    assert measured is not None, output[-3000:]
+    assert "round 1 of a fresh trial: " in output and "a later round: " in output
+    assert re.search(r"predicted on \d+ CPU\(s\) like these \(\d+ trial\(s\) at once\): wall time ≈ .+ \(\d+ s\)",
+                     output), output[-3000:]
+    assert "GPU-hours" not in output
+    assert not home.exists() or os.listdir(home) == []  # the estimate's cache and Tune storage were temporary
