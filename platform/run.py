@@ -55,7 +55,7 @@ def resolve_config(target: str, overrides: list[str], preset: Optional[str] = No
     pre-flight check (default :func:`platform.preflight.check_experiment`)."""
     # deferred: start-up time (the command starts Ray first; config and pre-flight import torch)
     from platform.config.experiment import apply_overrides, build_experiment, load_yaml, parse_overrides
-    from platform.config.space_files import find_search_space, read_search_space
+    from platform.config.space_files import available_search_spaces, did_you_mean, find_search_space, read_search_space
     from platform.preflight import check_experiment
 
     if os.path.isfile(target):
@@ -64,7 +64,8 @@ def resolve_config(target: str, overrides: list[str], preset: Optional[str] = No
         try:
             path = find_search_space(target)
         except UserError:
-            raise UserError(f"no config file or search space named {target!r}") from None
+            raise UserError(f"no config file or search space named {target!r}{did_you_mean(target)}; search "
+                            f"spaces: {', '.join(available_search_spaces()) or 'none'}") from None
     raw = load_yaml(path)
     if raw is None:
         raise UserError(f"{path} is empty; an experiment config is a mapping of sections (dataset, model, algorithm, "

@@ -89,7 +89,17 @@ def find_search_space(name: str) -> str:
         path = os.path.join(d, f"{name}.yaml")
         if os.path.isfile(path):
             return path
-    raise UserError(f"unknown search space {name!r}; available: {', '.join(available_search_spaces()) or 'none'}")
+    raise UserError(f"unknown search space {name!r}{did_you_mean(name)}; available: "
+                    f"{', '.join(available_search_spaces()) or 'none'}")
+
+
+def did_you_mean(name: str) -> str:
+    """``" (did you mean 'fedkp_bandwidth'?)"`` for the closest search-space name to a mistyped ``name`` ("" when
+    none is close)."""
+    import difflib
+
+    close = difflib.get_close_matches(name, available_search_spaces(), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 SECTIONS = ("description", "caveat", "base", "parameters", "search", "resources", "scenarios", "reference", "presets",
@@ -135,13 +145,17 @@ def question(description: str, width: int = 100) -> str:
 
 
 def space_listing() -> list[str]:
-    """``--list``: per space, its question (the first sentence of its description), its presets, the minutes its
+    """``--list``: per space, its question (the first sentence of its description, cut to the terminal's width, at
+    least 100 characters), its presets, the minutes its
     default setting takes on 2 CPUs (``default_minutes:``) and, where it has one, its ``caveat:`` (what the default
     setting cannot show). Reads the files only (no torch, no validation of values); a
     file that does not read says why on its line."""
+    import shutil
+
     lines = []
     names = available_search_spaces()
     pad = max((len(n) for n in names), default=0) + 2
+    width = max(100, shutil.get_terminal_size((pad + 100, 24)).columns - pad)  # a wide terminal shows more
     for name in names:
         try:
             _, raw, presets = read_search_space(name)
@@ -150,7 +164,7 @@ def space_listing() -> list[str]:
             continue
         minutes = raw.get("default_minutes")
         took = f"about {minutes:g} min on 2 CPUs" if minutes is not None else "time not measured"
-        lines.append(f"{name:<{pad}}{question(raw.get('description'))}")
+        lines.append(f"{name:<{pad}}{question(raw.get('description'), width)}")
         lines.append(f"{'':<{pad}}presets: {', '.join(presets) or 'none'}; default setting: {took}")
         if raw.get("caveat"):
             lines.append(f"{'':<{pad}}caveat: {raw['caveat'].strip()}")

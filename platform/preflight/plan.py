@@ -61,6 +61,11 @@ def _config_lines(config) -> list[str]:
         default = to_dict(ExperimentConfig())
     shown = {k: v for k, v in data.items()
              if k in CORE_SECTIONS or not isinstance(v, dict) or v != default.get(k)}
+    # knobs of a kind the config does not use: the synthetic generator's, the source image's crops
+    if isinstance(shown.get("dataset"), dict) and config.dataset.name != "synthetic":
+        shown["dataset"] = {k: v for k, v in shown["dataset"].items() if not k.startswith("synthetic_")}
+    if isinstance(shown.get("public"), dict) and config.public.source != "image":
+        shown["public"] = {k: v for k, v in shown["public"].items() if k not in ("image", "seed", "patches")}
     lines = ["  " + line for line in yaml.safe_dump(shown, sort_keys=False, default_flow_style=None,
                                                      width=110).rstrip().splitlines()]
     hidden = [k for k in data if k not in shown]
@@ -130,6 +135,8 @@ def sweep_plan(space, base_config) -> str:
     lines.append(f"resources per trial: {_resources(base_config, space.search)}")
     lines.append(f"total: {total} trial(s) x {len(seeds)} seed(s) = {total * len(seeds)} run(s), "
                  f"selecting on {', '.join(m for m in space.search.metrics)}")
+    lines.append("its cost: --estimate instead of --dry-run measures its trials where they will run and predicts "
+                 "the sweep's wall time")
     return "\n".join(lines)
 
 

@@ -14,15 +14,19 @@ from tests.e2e.conftest import RAY, wait_for_job_agent
 pytestmark = pytest.mark.e2e
 
 
-def test_job_submit_smoke_sweep_lands_in_stable_store(cluster, tmp_path):
+def _submit_smoke(cluster, home, *args) -> subprocess.CompletedProcess:
+    """`ray job submit` of the smoke sweep (3 trials, ``args`` added) with its results home at ``home``."""
     wait_for_job_agent(cluster)
-    home = tmp_path / "fedsweep_home"
     runtime_env = json.dumps({"env_vars": {"FEDSWEEP_HOME": str(home)}})
-    submit = subprocess.run(
+    return subprocess.run(
         [RAY, "job", "submit", f"--address={cluster['address']}", "--working-dir", ".",
-         "--runtime-env-json", runtime_env, "--", "python", "-m", "platform.sweep", "smoke",
-         "--num-samples", "3", "--set", "rounds=4"],
-        cwd=REPO_ROOT, env=cluster["env"], capture_output=True, text=True, timeout=600)
+         "--runtime-env-json", runtime_env, "--", "python", "-m", "platform.sweep", "smoke", "--num-samples", "3",
+         *args], cwd=REPO_ROOT, env=cluster["env"], capture_output=True, text=True, timeout=600)
+
+
+def test_job_submit_smoke_sweep_lands_in_stable_store(cluster, tmp_path):
+    home = tmp_path / "fedsweep_home"
+    submit = _submit_smoke(cluster, home, "--set", "rounds=4")
     output = submit.stdout + submit.stderr
     assert submit.returncode == 0, output[-5000:]
     assert "succeeded" in output
@@ -53,14 +57,8 @@ def test_estimate_under_job_submit_measures_on_the_cluster_and_writes_nothing(cl
     """`ray job submit -- python -m platform.sweep smoke --estimate`: the sweep's own trials measured on the
     cluster the job runs in (the host and device named), the sweep predicted for CPUs (no GPU time: the trials ask
     for none), and nothing written to the results home."""
-    wait_for_job_agent(cluster)
     home = tmp_path / "fedsweep_home"
-    runtime_env = json.dumps({"env_vars": {"FEDSWEEP_HOME": str(home)}})
-    submit = subprocess.run(
-        [RAY, "job", "submit", f"--address={cluster['address']}", "--working-dir", ".",
-         "--runtime-env-json", runtime_env, "--", "python", "-m", "platform.sweep", "smoke",
-         "--num-samples", "3", "--set", "rounds=3", "--estimate"],
-        cwd=REPO_ROOT, env=cluster["env"], capture_output=True, text=True, timeout=600)
+    submit = _submit_smoke(cluster, home, "--set", "rounds=3", "--estimate")
     output = submit.stdout + submit.stderr
     assert submit.returncode == 0 and "succeeded" in output, output[-5000:]
     measured = re.search(r"measured on (\S+), CPU \((\d+) cores\): fedavg, model cnn \(([\d,]+) parameters\), "

@@ -121,6 +121,7 @@ _PROBE = ("import atexit, sys, time; start = time.time(); "
 
 @pytest.mark.parametrize("args, error", [
     (["no_such_space"], "error: unknown search space 'no_such_space'; available: "),
+    (["fedkp_bandwith"], "error: unknown search space 'fedkp_bandwith' (did you mean 'fedkp_bandwidth'?); available: "),
     (["smoke", "--preset", "paper"], "error: --preset: unknown preset 'paper'"),
     (["smoke", "--storage-path", "/etc/passwd/tune"], "error: --storage-path: /etc/passwd/tune is not a directory"),
 ])
@@ -254,3 +255,23 @@ def test_a_caveat_is_one_line_that_list_shows(tmp_path, monkeypatch, capsys):
     for bad in ("two\nlines", "", 3):
         with pytest.raises(ConfigError, match="caveat: must be one line"):
             read_search_space(_write(tmp_path, {**GRID, "caveat": bad}, "bad_caveat"))
+
+
+def test_a_mistyped_space_name_gets_the_close_match_from_platform_run():
+    from platform.run import resolve_config
+
+    with pytest.raises(UserError) as err:
+        resolve_config("fedkp_bandwith", [])
+    assert str(err.value).startswith("no config file or search space named 'fedkp_bandwith' (did you mean "
+                                     "'fedkp_bandwidth'?); search spaces: fedaux_dp, ")
+
+
+def test_list_uses_a_wide_terminals_width(tmp_path, monkeypatch, capsys):
+    from platform.sweep.command import main
+
+    monkeypatch.setenv("FEDSWEEP_SEARCH_SPACES", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "250")
+    _write(tmp_path, {**GRID, "description": "One question: " + "why " * 80 + "? More."}, "aaa_long")
+    assert main(["--list"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("aaa_long "))
+    assert len(line) == 250 and line.endswith("…")  # the whole terminal, not 100 characters
