@@ -57,18 +57,13 @@ def round_zero_clients(config):
     """(server, θ_0, client deltas in sampled order): the one-round client stage of ``config``, in this process."""
     import torch
 
-    from platform.data.splits import client_index_splits
     from platform.runtime.actors import ClientPool, ParameterServer
-    from platform.runtime.federation import load_shared_data
-    from platform.runtime.seeding import client_split_seed, sample_clients
-    from platform.runtime.shards import ClientShards, ClientSplits
+    from platform.runtime.local_data import client_splits_of, load_shared_data
+    from platform.runtime.seeding import sample_clients
 
     data = load_shared_data(config)
     train = data.train
-    parts = client_index_splits(train.y, config.partition, config.clients.num_clients,
-                                config.stream_seed("partition"), client_split_seed(config), train.groups,
-                                train.coarse_y)
-    splits = ClientSplits(*(None if p is None else ClientShards.from_parts(p) for p in parts))
+    splits = client_splits_of(config, train.y, train.groups, train.coarse_y)
     threads = torch.get_num_threads()
     server = ParameterServer(config, (data.test.x, data.test.y), train.input_shape, train.num_classes,
                              num_threads=threads, val_data=data.val)

@@ -119,21 +119,15 @@ def run(config, threads: int = 1) -> list[dict]:
     """One MNFL run of ``config`` in this process; per round the c-step sizes and c's distance from uniform."""
     import torch
 
-    from platform.data.splits import client_index_splits
     from platform.runtime.actors import ClientPool, ParameterServer
-    from platform.runtime.federation import load_shared_data
-    from platform.runtime.seeding import client_split_seed, sample_clients
-    from platform.runtime.shards import ClientShards, ClientSplits
+    from platform.runtime.local_data import client_splits_of, load_shared_data
+    from platform.runtime.seeding import sample_clients
 
     if config.algorithm.name != "mnfl" or config.algorithm.params.c_update_order != "after_distill_refresh":
         raise SystemExit("this benchmark measures MNFL's default c_update_order, after_distill_refresh")
     data = load_shared_data(config)
     train = data.train
-    tr, va, te = client_index_splits(train.y, config.partition, config.clients.num_clients,
-                                     config.stream_seed("partition"), client_split_seed(config), train.groups,
-                                     train.coarse_y)
-    splits = ClientSplits(ClientShards.from_parts(tr), None if va is None else ClientShards.from_parts(va),
-                          None if te is None else ClientShards.from_parts(te))
+    splits = client_splits_of(config, train.y, train.groups, train.coarse_y)
     server = ParameterServer(config, (data.test.x, data.test.y), train.input_shape, train.num_classes, threads,
                              False, data.public_x, data.val)
     pool = ClientPool(config, (train.x, train.y), splits, train.input_shape, train.num_classes, num_threads=threads,

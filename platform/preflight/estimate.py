@@ -11,7 +11,10 @@ wave that reuses them as Tune's ``reuse_actors`` does. Every trial runs all the 
 a fresh trial's first round (process, actors, warm-up, the round), a reused trial's first round, the steady round,
 and the experiment's own start and end (``cell_seconds``). Beside it, one trial's MLflow records in a temporary
 SQLite store (what the driver writes per trial) and the command's own start (interpreter, imports, Ray). A single
-run (``platform.run`` without a space) is measured as it runs: its federation on this driver, no Tune.
+run (``platform.run`` without a space) is measured as it runs: its federation on this driver, no Tune. Where Ray is
+not installed at all (and no ``--address`` is given), the trial's rounds are timed in this process through the
+classes its actors run (:func:`measure_in_process`), on this machine's device, a GPU included: enough to time a
+trial's rounds, not Tune's or MLflow's costs.
 
 What it prints: where it ran (host and device), each measured round and what it stands for (warm-up or steady),
 peak memory, the model's parameter count and the data's sizes, then the prediction (:func:`predict`) on the device
@@ -125,6 +128,52 @@ def measure_run(config, cache) -> dict:
     return {"round_seconds": [float(m["seconds"]) for m in rounds], "fresh_first_round_seconds": setup + first,
             "reused_first_round_seconds": setup + first, "pretrain_epoch_seconds": pretrain,
             "seeds_measured": 1, **_where(peaks), "parameters": _parameters(config, shared)}
+
+
+def measure_in_process(config) -> dict:
+    """Where Ray is not installed: ``config``'s rounds (one seed) in this process, through the classes a trial's
+    actors run (:class:`~platform.runtime.actors.ParameterServer`, one
+    :class:`~platform.runtime.actors.ClientPool` hosting every client), on this machine's device (a GPU where the
+    trial asks for one and there is one). The round loop of ``mode: rounds``: broadcast, the sampled clients'
+    training, aggregation and evaluation; a one-round config is timed the same way (its client stage, then one
+    aggregation). No Tune, no MLflow: their costs are not in the figures."""
+    import torch
+
+    from platform.runtime.actors import ClientPool, ParameterServer
+    from platform.runtime.local_data import client_splits_of, load_shared_data
+    from platform.runtime.seeding import sample_clients
+
+    if config.pretrain.method != "none":
+        from platform.errors import UserError
+
+        raise UserError("--estimate without Ray: a config that pre-trains (pretrain.method) needs Ray's workers; "
+                        "install Ray, or estimate on a machine that has it")
+    started = time.perf_counter()
+    data = load_shared_data(config)
+    train = data.train
+    wants_gpu = config.resources.gpu > 0 and torch.cuda.is_available()
+    threads = max(1, int(config.resources.cpu))
+    server = ParameterServer(config, (data.test.x, data.test.y), train.input_shape, train.num_classes, threads,
+                             wants_gpu, data.public_x, data.val)
+    pool = ClientPool(config, (train.x, train.y), client_splits_of(config, train.y, train.groups, train.coarse_y),
+                      train.input_shape, train.num_classes, num_threads=threads, wants_gpu=wants_gpu,
+                      public_x=data.public_x)
+    setup = time.perf_counter() - started
+    clients = config.clients
+    seconds = []
+    for index in range(MEASURED_ROUNDS if config.mode == "one_round" else config.rounds):
+        begun = time.perf_counter()
+        sampled = [int(k) for k in sample_clients(clients.num_clients, clients.clients_per_round,
+                                                  config.stream_seed("sampling"), index)]
+        result = pool.train(server.broadcast(sampled), sampled, index, states=server.states_of(sampled))
+        server.aggregate(result)
+        if wants_gpu:
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - begun)
+    return {"round_seconds": seconds, "fresh_first_round_seconds": setup + seconds[0],
+            "reused_first_round_seconds": seconds[-1], "seeds_measured": 1, "pretrain_epoch_seconds": 0.0,
+            **_where([server.peak_memory(), pool.peak_memory()]), "parameters": _parameters(config, train),
+            "in_process": True}
 
 
 def _where(peaks: list[dict]) -> dict:
@@ -327,13 +376,15 @@ def estimate_text(measured: dict, prediction: dict, config, space=None, gpus: in
     the data's sizes: ``data_lines``) and the prediction on the device it measured on."""
     per_gpu = config.resources.gpu
     how = (f"a Tune experiment of {measured['trials_measured']} trial(s), {measured['wave_measured']} at once"
-           if measured.get("trials_measured") else "one run")
+           if measured.get("trials_measured") else "in this process, without Ray" if measured.get("in_process")
+           else "one run")
     lines = [f"measured on {measured.get('host', '?')}, {measured.get('device', '?')}: {config.algorithm.name}, "
              f"model {config.model.name} ({measured.get('parameters', 0):,} parameters), {how}",
-             f"  start-up: the command {measured.get('startup_seconds', 0.0):.1f} s (interpreter, imports, Ray, the "
-             f"MLflow store)" + (f"; a scenario cell's Tune experiment {measured['cell_seconds']:.1f} s; a trial's "
-                                 f"MLflow records {measured['trial_overhead_seconds']:.2f} s"
-                                 if "cell_seconds" in measured else ""),
+             *([] if measured.get("in_process") else [
+                 f"  start-up: the command {measured.get('startup_seconds', 0.0):.1f} s (interpreter, imports, Ray, the "
+                 f"MLflow store)" + (f"; a scenario cell's Tune experiment {measured['cell_seconds']:.1f} s; a "
+                                     f"trial's MLflow records {measured['trial_overhead_seconds']:.2f} s"
+                                     if "cell_seconds" in measured else "")]),
              *_measured_rounds(measured, config)]
     if measured.get("rss_bytes") is not None:
         lines.append(f"peak memory: {_bytes(measured['rss_bytes'])} resident (largest actor)"
@@ -383,6 +434,8 @@ def measure_and_predict(config, space=None, gpus: Optional[int] = None, address:
     from platform.cli import connect_ray, in_ray_job, quiet_libraries
     from platform.stages.cache import open_cache
 
+    if address is None and not _ray_installed():
+        return _in_process(config, space, gpus, log)
     quiet_libraries()
     connect_ray(address, dashboard)
     startup = _seconds_since_start()  # what the sweep's command also pays before its first trial: imports, Ray
@@ -413,6 +466,29 @@ def measure_and_predict(config, space=None, gpus: Optional[int] = None, address:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     measured["startup_seconds"] = startup
+    return measured_config, measured, predict(measured, config, space, gpus=gpus), gpus
+
+
+def _ray_installed() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _in_process(config, space, gpus: Optional[int], log) -> tuple:
+    """:func:`measure_and_predict` where Ray is not installed: :func:`measure_in_process` on this machine's device."""
+    import torch
+
+    here = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    changes = measurement_changes(config, here, log)
+    measured_config = measurement_config(config, changes)
+    log(f"estimate: Ray is not installed here: timing {measured_config.rounds if config.mode != 'one_round' else 2} "
+        f"round(s) of one seed in this process, through the trial's actor classes; Tune's and MLflow's costs are "
+        f"not in the figures")
+    measured = measure_in_process(measured_config)
+    gpus = gpus if gpus is not None else max(here, 1)
     return measured_config, measured, predict(measured, config, space, gpus=gpus), gpus
 
 

@@ -56,3 +56,25 @@ def test_estimate_measures_rounds_and_predicts_the_sweep(tmp_path):
     assert "sweep tiny: 4 trial(s) x 1 seed(s) x 4 round(s)" in out
     assert "CPU(s) like these" in out and "GPU-hours" not in out and "GPU time: not predicted" in out
     assert sorted(os.listdir(tmp_path)) == ["spaces"]  # nothing written: the stage cache was temporary
+
+
+def test_estimate_without_ray_times_the_rounds_in_process(tmp_path):
+    """A machine without Ray (the GPU machines used for checks): --estimate times the trial's rounds in this
+    process through the actors' classes, says that Tune's and MLflow's costs are not in the figures, and writes
+    nothing."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    probe = ("import sys; sys.modules['ray'] = None; sys.argv = ['platform.sweep', *sys.argv[1:]]; "
+             "from platform.cli import run_command; from platform.sweep.command import main; run_command(main)")
+    done = subprocess.run([sys.executable, "-c", probe, "smoke", "--estimate", "--set", "rounds=3"], cwd=str(tmp_path),
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": REPO_ROOT, "FEDSWEEP_HOME": str(tmp_path / "home")})
+    assert done.returncode == 0, done.stderr + done.stdout
+    out = done.stdout
+    assert "Ray is not installed here: timing 2 round(s) of one seed in this process" in out  # of its 3
+    assert "in this process, without Ray" in out and "round 1 of a fresh trial: " in out and "a later round: " in out
+    assert "predicted on" in out and "GPU-hours" not in out
+    assert os.listdir(tmp_path) == []  # nothing written
