@@ -12,8 +12,12 @@ from typing import Callable, Optional
 from platform.errors import UserError
 
 
-def main_wrapper(fn: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
-    """Turn a :class:`UserError` into one line on stderr and exit code 2 (no traceback)."""
+def main_wrapper(fn: Optional[Callable[[list[str] | None], int]] = None, *, interrupted: str = "interrupted"):
+    """Turn a :class:`UserError` into one line on stderr and exit code 2 (no traceback), and an interrupt (Ctrl-C,
+    SIGTERM) into exit code 130 with the line ``interrupted``, unless the command has said what the interrupt left
+    already (it marks the exception ``announced``). Use as ``@main_wrapper`` or ``@main_wrapper(interrupted=...)``."""
+    if fn is None:
+        return functools.partial(main_wrapper, interrupted=interrupted)
 
     @functools.wraps(fn)
     def wrapped(argv=None) -> int:
@@ -22,8 +26,9 @@ def main_wrapper(fn: Callable[[list[str] | None], int]) -> Callable[[list[str] |
         except UserError as err:
             print(f"error: {err}", file=sys.stderr)
             return err.exit_code
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
+        except KeyboardInterrupt as err:
+            if not getattr(err, "announced", False):
+                print(interrupted, file=sys.stderr)
             return 130
 
     return wrapped

@@ -191,7 +191,8 @@ def _release_sigterm() -> None:
         raise KeyboardInterrupt("SIGTERM")
 
 
-@main_wrapper
+@main_wrapper(interrupted="interrupted before the sweep started its trials: nothing needs resuming; run the command "
+                          "again to start it")
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -388,12 +389,13 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
             status = _report(results, space, tracker, parent_run_id, callback, answer,
                              sweep_dir=_join(storage, experiment))
             refused = refused_by_config(results) if status == "FAILED" else None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         status = "KILLED"
         if callback is not None:
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
         print(f"\ninterrupted; continue with: {_resume_command(experiment, storage)}", file=sys.stderr,
               flush=True)
+        interrupt.announced = True  # main_wrapper adds no line of its own
         raise
     finally:
         from platform.results.tracking import close_orphan_runs

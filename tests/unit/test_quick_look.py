@@ -275,3 +275,26 @@ def test_list_uses_a_wide_terminals_width(tmp_path, monkeypatch, capsys):
     assert main(["--list"]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("aaa_long "))
     assert len(line) == 250 and line.endswith("…")  # the whole terminal, not 100 characters
+
+
+def test_an_interrupt_says_what_it_left_once(capsys):
+    """Ctrl-C before the sweep started its trials: one line saying nothing needs resuming, exit 130; an interrupt the
+    command has already announced (with its resume line) gets no second line."""
+    from platform.cli import main_wrapper
+
+    @main_wrapper(interrupted="interrupted before the sweep started its trials: nothing needs resuming")
+    def early(argv=None):
+        raise KeyboardInterrupt
+
+    @main_wrapper
+    def announced(argv=None):
+        print("interrupted; continue with: python -m platform.sweep smoke --resume x", file=sys.stderr)
+        interrupt = KeyboardInterrupt()
+        interrupt.announced = True
+        raise interrupt
+
+    assert early() == 130
+    assert capsys.readouterr().err == "interrupted before the sweep started its trials: nothing needs resuming\n"
+    assert announced() == 130
+    assert capsys.readouterr().err.splitlines() == ["interrupted; continue with: python -m platform.sweep smoke "
+                                                     "--resume x"]
