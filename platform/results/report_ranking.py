@@ -113,7 +113,8 @@ def _value_key(value: Any) -> Any:
 def spread_sentence(rows: Sequence[dict], key: str, objective: Objective, others_vary: bool,
                     cell: Optional[str] = None) -> str:
     """One swept parameter's effect: the range of the metric's mean over its values (the trials' means averaged per
-    value: a range parameter has a value per trial), then that range in units of the seeds' std (the root mean
+    value: a range parameter has a value per trial), which value gives the highest and which the lowest (so the
+    direction is said), then that range in units of the seeds' std (the root mean
     square of the trials' std over seeds). Rows where the parameter is inactive, or without a finite mean, are left
     out; with one seed the std is unknown and said so."""
     metric = objective.metric
@@ -131,8 +132,12 @@ def spread_sentence(rows: Sequence[dict], key: str, objective: Objective, others
     means = [sum(v) / len(v) for v in by_value.values()]
     spread = max(means) - min(means)
     stds = [_finite(r.get(f"{metric}_std")) for r in active]
+    values = list(by_value)
+    high, low = means.index(max(means)), means.index(min(means))
     context = (f"{len(by_value)} values over {len(active)} trials" if len(by_value) < len(active)
                else f"{len(active)} trials") + (", the other swept parameters varying too" if others_vary else "")
+    context += (f"; highest {figure(means[high])} at {value_text(values[high])}, lowest {figure(means[low])} at "
+                f"{value_text(values[low])}")
     typical = typical_std(stds)
     if typical is None:
         one_seed = all((_finite(r.get("n_seeds")) or 0) <= 1 for r in active)

@@ -85,7 +85,8 @@ def test_one_sentence_per_swept_parameter_in_seeds_std(tracking_uri, tmp_path):
     assert len(spread) == 3  # one per swept parameter: algorithm.name, algorithm.mu, clients.lr
     # means 0.625, 0.625, 0.625, 0.375 over four lrs: range 0.25; the stds' root mean square sqrt(0.02734375)
     assert ("- `val_accuracy` ranges over `clients.lr` by 0.2500, i.e. 1.5 seeds' std (std: the root mean square of "
-            "the trials' std over seeds, 0.1654; 4 trials, the other swept parameters varying too).") in spread
+            "the trials' std over seeds, 0.1654; 4 trials, the other swept parameters varying too; highest 0.6250 at "
+            "0.1, lowest 0.3750 at 0.01).") in spread  # the direction: which value is best, which worst
     assert "- `val_accuracy` cannot range over `algorithm.name`: one value (fedavg) reported." in spread
     assert ("- `val_accuracy` cannot range over `algorithm.mu`: no trial reported it with the parameter active."
             in spread)  # fedavg trials: mu inactive
@@ -105,8 +106,8 @@ def test_a_range_is_said_in_seeds_std_or_said_unknown_with_one_seed():
     objective = Objective("val_accuracy", "max")
     one_seed = [_row("a", [0.8], 0.1), _row("b", [0.7], 0.2)]
     assert spread_sentence(one_seed, "clients.lr", objective, False) == (
-        "`val_accuracy` ranges over `clients.lr` by 0.1000 (2 trials); the seeds' std is unknown (one seed), so how "
-        "that compares with noise cannot be said.")
+        "`val_accuracy` ranges over `clients.lr` by 0.1000 (2 trials; highest 0.8000 at 0.1, lowest 0.7000 at 0.2); "
+        "the seeds' std is unknown (one seed), so how that compares with noise cannot be said.")
     flat = [_row("a", [0.8, 0.8], 0.1), _row("b", [0.7, 0.7], 0.2)]
     assert "the seeds gave no spread (std 0)" in spread_sentence(flat, "clients.lr", objective, False)
     noisy = [_row("a", [0.5, 0.75], 0.1), _row("b", [0.5, 0.625], 0.1), _row("c", [0.5, 0.75], 0.2)]
@@ -114,7 +115,7 @@ def test_a_range_is_said_in_seeds_std_or_said_unknown_with_one_seed():
     # per value: 0.1 -> mean(0.625, 0.5625), 0.2 -> 0.625; range 0.03125 over stds 0.125, 0.0625, 0.125
     assert sentence.startswith("`val_accuracy` ranges over `clients.lr` in cell `partition.alpha=0.1` by 0.0312, "
                                "i.e. 0.3 seeds' std: no more than the seeds' own spread (")
-    assert sentence.endswith("; 2 values over 3 trials).")
+    assert sentence.endswith("; 2 values over 3 trials; highest 0.6250 at 0.2, lowest 0.5938 at 0.1).")
 
 
 def test_the_winner_sentence_says_within_noise_or_beyond_one_standard_error():
