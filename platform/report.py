@@ -51,9 +51,13 @@ def main(argv=None) -> int:
     reference = find_reference(results.space, results.preset)
     out = os.path.abspath(args.out or default_out_dir(results, others))
     written = write_report(results, objective, out, others, reference)
+    where = f"report: {os.path.join(out, 'report.md')} and report.html ({len(written)} files)"
+    if others:  # a comparison belongs to no one sweep: it stays where it was written
+        print(f"{where}; a comparison of {1 + len(others)} sweeps, not logged to any sweep's run")
+        return 0
     logged = log_report(results, out, written)
-    print(f"report: {os.path.join(out, 'report.md')} and report.html ({len(written)} files), logged to the parent run "
-          f"{results.parent_run_id} under {ARTIFACT_REPORT}/ ({len(logged)} artifacts)")
+    print(f"{where}, logged to the parent run {results.parent_run_id} under {ARTIFACT_REPORT}/ ({len(logged)} "
+          f"artifacts)")
     return 0
 
 

@@ -139,6 +139,18 @@ def best_arm_index(arm_list: Sequence[Arm], objective: Objective) -> Optional[in
     return None if top is None else next(i for i, a in enumerate(arm_list) if a.best is top)
 
 
+def better_arm_index(arm_list: Sequence[Arm], objective: Objective) -> Optional[int]:
+    """:func:`best_arm_index` where its mean on the objective is strictly better than every other arm's; None on a
+    tie (two identical sweeps have no better one)."""
+    best = best_arm_index(arm_list, objective)
+    if best is None:
+        return None
+    key = f"{objective.metric}_mean"
+    top = arm_list[best].best.get(key)
+    others = [a.best.get(key) for i, a in enumerate(arm_list) if i != best and a.best is not None]
+    return None if any(other == top for other in others) else best
+
+
 def _number(value: Any) -> bool:
     return is_number(value) and value == value
 
@@ -494,10 +506,10 @@ def comparison_blocks(sweeps: Sequence[SweepResults], objective: Objective) -> l
                            Paragraph("Sweeps: " + "; ".join(f"**{label}** (`{s.parent_run_id}`, {s.status})"
                                                            for label, s in zip(labels, sweeps))
                                      + f". Per arm the best trial on `{objective.metric}` ({objective.mode}), mean ± "
-                                       f"std over seeds; ★ = the better sweep.")]
+                                       f"std over seeds; ★ = the better sweep's mean (not a test; a tie has no ★).")]
     columns = [c for c, _ in shared[0]] if shared and shared[0] else []
     if shared and columns:
-        winners = [best_arm_index([p[key] for p in per_sweep], objective) for key in shared]
+        winners = [better_arm_index([p[key] for p in per_sweep], objective) for key in shared]
         for start in range(0, len(sweeps), SWEEPS_PER_TABLE):  # a table fits a 1280 px page: split by sweeps
             chunk = range(start, min(start + SWEEPS_PER_TABLE, len(sweeps)))
             headers = [("scenario cell" if c == "cell" else f"`{c}`") for c in columns]
@@ -522,7 +534,7 @@ def comparison_blocks(sweeps: Sequence[SweepResults], objective: Objective) -> l
         overall = arms_overall(frame, objective)
         rows.append([label, sweep.status, INACTIVE if overall is None else trial_name(overall),
                      *[mean_std(overall, m) for m in metrics], _seeds_n(overall), str(len(frame))])
-    best = best_arm_index([Arm((), 0, arms_overall(f, objective)) for f in frames], objective)
+    best = better_arm_index([Arm((), 0, arms_overall(f, objective)) for f in frames], objective)
     blocks += [Paragraph("Overall best trial per sweep:"),
                TextTable(["sweep", "status", "best trial", *[f"`{m}`" for m in metrics], "n", "trials"], rows,
                          {best} if best is not None and len(sweeps) > 1 else set())]

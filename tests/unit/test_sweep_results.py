@@ -368,9 +368,21 @@ def test_compare_shows_both_sweeps_per_shared_arm(tracking_uri, tmp_path, capsys
     assert [r[0] for r in rows] == ["fedavg", "fedprox"] and all(len(r) == 1 + 2 * 4 for r in rows)
     for row in rows:  # each sweep's arm figures; the better sweep starred
         a, b = (float(row[1 + 4 * i].lstrip("★ ").split(" ± ")[0]) for i in range(2))
-        assert row[1 + 4 * (0 if a >= b else 1)].startswith("★") and row[4] == row[8] == "2"
+        assert a != b and row[1 + 4 * (0 if a > b else 1)].startswith("★") and row[4] == row[8] == "2"
     overall = _table_rows(markdown, "sweep")
     assert [r[0] for r in overall] == [f"A: toy@{first[:8]}", f"B: toy_again@{second[:8]}"]
+    assert "not logged to any sweep's run" in capsys.readouterr().out
+    assert not {a.path for a in _client(tracking_uri).list_artifacts(first)} & {"report"}  # A's run untouched
+
+
+def test_two_identical_sweeps_have_no_better_one(tracking_uri, tmp_path, capsys):
+    first, _ = build_sweep(tracking_uri, value_seed=1)
+    twin, _ = build_sweep(tracking_uri, name="toy_twin", value_seed=1)  # the same values
+    markdown = _report(tracking_uri, tmp_path, first, "--compare", twin)
+    rows = _table_rows(markdown, "`algorithm.name` | A: `val_accuracy`")
+    assert rows and not any(cell.startswith("★") for row in rows for cell in row)  # no arm of either is better
+    overall = markdown.split("Overall best trial per sweep:", 1)[1]
+    assert "**A: toy" not in overall and "**B: toy_twin" not in overall  # nor overall
 
 
 def test_reference_values_are_printed_next_to_ours(store, tmp_path, monkeypatch, capsys):
