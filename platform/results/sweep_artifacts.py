@@ -167,6 +167,7 @@ class SensitivitySeries:
     cell: Optional[str]
     seed_points: tuple  # ((x, value), ...): every trial × seed that logged per-seed values
     trial_means: tuple  # ((x, mean over seeds), ...): every trial, in x order (categorical: the values' order)
+    stopped_early: tuple = ()  # ((x, mean over seeds), ...): the trials that ended at fewer rounds than the cell's most
 
 
 def sensitivity_series(table, parameter: SweptParameter, metric: str) -> list[SensitivitySeries]:
@@ -191,15 +192,20 @@ def sensitivity_series(table, parameter: SweptParameter, metric: str) -> list[Se
         means = rows.drop_duplicates("run_id")
         rank = means[parameter.key].astype(float) if parameter.numeric else means[parameter.key].map(order)
         means = means.assign(_rank=rank).sort_values("_rank", kind="stable")
+        rounds = means["rounds_completed"].astype(float) if "rounds_completed" in means else None
+        stopped = means[rounds < rounds.max()] if rounds is not None and rounds.notna().any() else means.iloc[0:0]
         series.append(SensitivitySeries(cell, tuple(zip(seeds[parameter.key].tolist(), seeds[metric].tolist())),
-                                        tuple(zip(means[parameter.key].tolist(), means[f"{metric}_mean"].tolist()))))
+                                        tuple(zip(means[parameter.key].tolist(), means[f"{metric}_mean"].tolist())),
+                                        tuple(zip(stopped[parameter.key].tolist(),
+                                                  stopped[f"{metric}_mean"].tolist()))))
     return series
 
 
 def sensitivity_png(results: SweepResults, table, parameter: SweptParameter, path: str,
                     objective: Optional[Objective] = None) -> str:
     """The search metric against one swept parameter (:func:`sensitivity_series`): per-seed values (small,
-    translucent), each trial's mean over seeds (larger), one colour per scenario cell, a numeric parameter's means
+    translucent), each trial's mean over seeds (larger; hollow where the trial stopped early, so its value is an
+    earlier round's than the others'), one colour per scenario cell, a numeric parameter's means
     joined in x order (log x for a log-uniform one); a categorical parameter gets a box of its trial means per value,
     the per-seed values as a strip. Raises ValueError when there is nothing to plot."""
     import numpy as np
@@ -221,8 +227,15 @@ def sensitivity_png(results: SweepResults, table, parameter: SweptParameter, pat
         for one, colour in zip(series, colours):
             if one.seed_points:
                 ax.scatter(*zip(*placed(one.seed_points)), s=12, alpha=0.35, color=colour, linewidths=0)
-            ax.plot(*zip(*placed(one.trial_means)), "o-" if one.cell is not None else "o", markersize=7,
-                    color=colour, label=one.cell if one.cell is not None else "trial mean over seeds")
+            label = one.cell if one.cell is not None else "trial mean over seeds"
+            if one.cell is not None:
+                ax.plot(*zip(*placed(one.trial_means)), "-", color=colour, zorder=2)
+            full = [p for p in one.trial_means if p not in one.stopped_early]
+            xs, ys = zip(*placed(full)) if full else ((), ())
+            ax.scatter(xs, ys, s=45, color=colour, zorder=3, label=label)
+            if one.stopped_early:  # hollow: their value is from an earlier round than the others'
+                ax.scatter(*zip(*placed(one.stopped_early)), s=45, color="white", edgecolors=colour, linewidths=1.5,
+                           zorder=4)
         ax.set_xscale(scale, **kwargs)
         if far is not None:
             mark_infinity(ax, "x", far, f"{parameter.key} = {INFINITY}")
@@ -243,12 +256,20 @@ def sensitivity_png(results: SweepResults, table, parameter: SweptParameter, pat
                            capprops={"color": colour})
                 ax.scatter(i + offset + rng.uniform(-width / 4, width / 4, len(seeds)), seeds, s=12, alpha=0.35,
                            color=colour, linewidths=0)
-                ax.scatter(np.full(len(means), i + offset), means, s=40, color=colour, zorder=3)
+                stopped = [y for x, y in one.stopped_early if x == value]
+                full = [y for x, y in one.trial_means if x == value and (x, y) not in one.stopped_early]
+                ax.scatter(np.full(len(full), i + offset), full, s=40, color=colour, zorder=3)
+                if stopped:  # hollow: their value is from an earlier round than the others'
+                    ax.scatter(np.full(len(stopped), i + offset), stopped, s=40, color="white", edgecolors=colour,
+                               linewidths=1.5, zorder=4)
             ax.scatter([], [], s=40, color=colour, label=one.cell if one.cell is not None else "trial mean over seeds")
         ax.set_xticks(range(len(present)), [value_text(v) for v in present])
         ax.set_xlim(-0.6, len(present) - 0.4)
     ax.set_xlabel(parameter.key + (" (log scale)" if parameter.x_scale()[0] != "linear" else ""))
     ax.set_ylabel(f"{metric} ({objective.mode})")
+    if any(one.stopped_early for one in series):
+        ax.scatter([], [], s=40, color="white", edgecolors="0.3", linewidths=1.5,
+                   label="stopped early: an earlier round's value")
     ax.set_title(f"{results.space}: {metric} vs {parameter.key}\nsmall: per seed; large: trial mean over seeds",
                  fontsize=10)
     ax.grid(alpha=0.3)

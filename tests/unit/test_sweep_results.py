@@ -574,3 +574,29 @@ def test_html_tables_fit_1280_px(tmp_path):
         assert width <= 1280, width
     finally:
         driver.quit()
+
+
+def test_a_trial_stopped_early_is_marked_in_the_sensitivity_plot(tracking_uri, tmp_path):
+    """ASHA's stopped trials report an earlier round's value: the plot draws them hollow, and says so."""
+    import pyarrow as pa
+
+    from platform.results.sweep_artifacts import sensitivity_png, sensitivity_series, trials_table
+    from platform.results.sweep_results import load_sweep
+
+    parent_id, _ = build_sweep(tracking_uri)
+    results = load_sweep(tracking_uri, parent_id)
+    table = trials_table(results)
+    runs = table.column("run_id").to_pylist()
+    stopped_run = runs[0]
+    rounds = [1 if r == stopped_run else ROUNDS for r in runs]
+    table = table.set_column(table.schema.get_field_index("rounds_completed"), "rounds_completed",
+                             pa.array(rounds, pa.int64()))
+    (lr,) = sensitivity_series(table, results.parameters["clients.lr"], "val_accuracy")
+    stopped_lr = table.column("clients.lr").to_pylist()[runs.index(stopped_run)]
+    assert [x for x, _ in lr.stopped_early] == [stopped_lr] and len(lr.trial_means) == len(TRIALS)
+    (full,) = sensitivity_series(trials_table(results), results.parameters["clients.lr"], "val_accuracy")
+    assert full.stopped_early == ()  # every trial ran every round: nothing hollow
+    for key in ("clients.lr", "algorithm.name"):  # a numeric and a categorical parameter
+        path = sensitivity_png(results, table, results.parameters[key], str(tmp_path / f"{key}.png"))
+        with open(path, "rb") as fh:
+            assert fh.read(8) == PNG_SIGNATURE
