@@ -8,7 +8,6 @@ says; nothing starts, so it takes seconds and works where the files are absent.
 """
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 from platform.config.schema import to_dict
