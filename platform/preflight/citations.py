@@ -26,7 +26,7 @@ A size the document does not give cites ``paper: null`` with a ``note`` saying w
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -160,14 +160,11 @@ def check_effective_citations(space, plan=None) -> None:
     """Every experiment-shaping value of preset-loaded ``space`` is cited and agrees with its citation (module doc);
     with ``plan`` (its base config's data plan) the sizes too. One :class:`ConfigError` naming the first that is not;
     nothing to check without a preset."""
-    preset = space.preset
-    if preset is None or not preset.document:  # no document: a variant of the embedded default, nothing to cite
-        return
     problems = citation_problems(space, plan)
     if problems:
         key, _, message = problems[0].partition(": ")
         more = f" ({len(problems) - 1} more: python docs/paper_settings.py --problems)" if len(problems) > 1 else ""
-        raise ConfigError(f"presets.{preset.name}.cite.{key}", message + more)
+        raise ConfigError(f"presets.{space.preset.name}.cite.{key}", message + more)
 
 
 def citation_problems(space, plan=None) -> list[str]:
@@ -175,7 +172,7 @@ def citation_problems(space, plan=None) -> list[str]:
     compared only where the command line changes nothing but ``stand_in`` (a ``--set`` of a size's cause changes the
     size)."""
     preset = space.preset
-    if preset is None or not preset.document:
+    if preset is None or not preset.document:  # no document: a variant of the embedded default, nothing to cite
         return []
     resolved = effective_settings(space)
     if plan is not None and set(space.overrides) <= {"stand_in"}:
@@ -188,16 +185,4 @@ def citation_problems(space, plan=None) -> list[str]:
     return problems
 
 
-def uncited(space, plan=None) -> dict[str, Any]:
-    """The experiment-shaping values of ``space`` its preset does not cite (for ``docs/paper_settings.py`` and the
-    tests): key -> resolved value."""
-    preset: Optional[Preset] = space.preset
-    if preset is None or not preset.document:
-        return {}
-    resolved = effective_settings(space)
-    if plan is not None:
-        resolved.update(size_settings(plan))
-    return {k: v for k, v in resolved.items() if preset is None or k not in preset.cite}
-
-
-__all__ = ["check_effective_citations", "citation_problems", "effective_settings", "size_settings", "uncited"]
+__all__ = ["check_effective_citations", "citation_problems", "effective_settings", "size_settings"]

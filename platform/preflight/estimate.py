@@ -193,15 +193,11 @@ def _probe_where(config) -> dict:
     bundle = client_bundle(config.resources)
 
     def where() -> dict:
-        import os as host_os
-        import socket
-
         import torch
 
-        device = f"CPU ({host_os.cpu_count()} cores)"
-        if torch.cuda.is_available():
-            device = f"GPU ({torch.cuda.get_device_name(0)})"
-        return {"host": socket.gethostname(), "device": device}
+        from platform.runtime.actors import where_this_runs
+
+        return where_this_runs(torch.cuda.is_available())
 
     task = ray.remote(where).options(num_cpus=bundle.get("CPU", 1), num_gpus=bundle.get("GPU", 0))
     return ray.get(task.remote())
@@ -439,9 +435,10 @@ def measure_and_predict(config, space=None, gpus: Optional[int] = None, address:
     quiet_libraries()
     connect_ray(address, dashboard)
     startup = _seconds_since_start()  # what the sweep's command also pays before its first trial: imports, Ray
-    changes = measurement_changes(config, _cluster_gpus(), log)
+    cluster_gpus = _cluster_gpus()
+    changes = measurement_changes(config, cluster_gpus, log)
     measured_config = measurement_config(config, changes)
-    gpus = gpus if gpus is not None else max(_cluster_gpus(), 1)
+    gpus = gpus if gpus is not None else max(cluster_gpus, 1)
     scratch = tempfile.mkdtemp(prefix="fedsweep-estimate-")
     if in_ray_job():  # Ray may delete a job's working directory while it runs (Tune then cannot resolve a path)
         os.chdir(tempfile.gettempdir())

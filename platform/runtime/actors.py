@@ -102,16 +102,24 @@ class Reusable:
         """This process's peak resident memory (bytes) and, where it uses a GPU, the peak GPU memory torch allocated,
         with where it ran: the node's host name and the device (``platform.run --estimate`` says what it measured
         on)."""
-        import os
         import resource
-        import socket
 
-        peak = {"rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "host": socket.gethostname(),
-                "device": f"CPU ({os.cpu_count()} cores)"}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        uses_gpu = torch.cuda.is_available() and torch.cuda.is_initialized()
+        peak = {"rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, **where_this_runs(uses_gpu)}
+        if uses_gpu:
             peak["gpu_bytes"] = int(torch.cuda.max_memory_allocated())
-            peak["device"] = f"GPU ({torch.cuda.get_device_name(torch.cuda.current_device())})"
         return peak
+
+
+def where_this_runs(uses_gpu: bool) -> dict:
+    """This process's node (``host``, its host name) and ``device``: its GPU's name where ``uses_gpu``, else the
+    node's CPU cores (what ``--estimate`` says it measured on)."""
+    import os
+    import socket
+
+    device = (f"GPU ({torch.cuda.get_device_name(torch.cuda.current_device())})" if uses_gpu
+              else f"CPU ({os.cpu_count()} cores)")
+    return {"host": socket.gethostname(), "device": device}
 
 
 _WARMING: list[threading.Thread] = []  # the background import of torch._dynamo, once per process

@@ -233,9 +233,9 @@ def main(argv=None) -> int:
                               check=check_settings if planning else check_experiment, preset=args.preset,
                               repeats=args.repeats)
     base_config = space.trial_config({})
-    check_effective_citations(space)  # a preset cites every value that shapes its experiment, inherited ones too
-    if args.dry_run:  # the plan names the notes
+    if args.dry_run:  # the plan names the notes, and checks the preset's citations with the sizes it prints
         return _plan(args, space, base_config)
+    check_effective_citations(space)  # a preset cites every value that shapes its experiment, inherited ones too
     for note in space.notes:
         print(f"note: {note}", file=sys.stderr, flush=True)
     if planning:
