@@ -294,12 +294,13 @@ def resolve_algorithm(name: str) -> type["Algorithm"]:
     """The class for ``name``: a registered name, or ``package.module:ClassName`` imported now.
 
     Raises :class:`algorithms.errors.ConfigError` on ``algorithm.name`` when it is neither."""
-    from algorithms.errors import ConfigError
+    from algorithms.errors import ConfigError, did_you_mean
 
     if name in ALGORITHMS:
         return ALGORITHMS[name]
     if not isinstance(name, str) or ":" not in name:
-        raise ConfigError("algorithm.name", f"unknown algorithm {name!r}; allowed: {', '.join(ALGORITHMS)}, or "
+        raise ConfigError("algorithm.name", f"unknown algorithm {name!r}{did_you_mean(name, ALGORITHMS)}; allowed: "
+                                            f"{', '.join(ALGORITHMS)}, or "
                                             f"package.module:ClassName for a method of your own")
     import importlib
 
@@ -423,13 +424,13 @@ class Algorithm:
     def comparable_round(self, round_number: int) -> bool:
         """Whether trials of this method may be compared after round ``round_number`` (1-based): a scheduler's
         rungs (ASHA) must fall on such rounds. Default: every round. Methods whose accuracy jumps on some
-        rounds (the single-image method's FedAvg-initialisation rounds, spec/single_image.md §9) say which."""
+        rounds (the single-image method's FedAvg-initialisation rounds, docs/methods/single_image.md §9) say which."""
         return True
 
     def burn_in_rounds(self) -> int:
         """Server rounds before the method behaves as itself (FedPA, FedKPPA, SGLD: ``burnin_rounds``).
 
-        Schedulers must not judge a trial before this many rounds plus a margin (spec/fedkp_fedpa.md §13).
+        Schedulers must not judge a trial before this many rounds plus a margin (docs/methods/fedkp_fedpa.md §13).
         """
         return int(getattr(self.hp, "burnin_rounds", 0) or 0)
 

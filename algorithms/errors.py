@@ -73,3 +73,12 @@ class ConfigError(UserError, ValueError):
 
     def __reduce__(self):  # pickles whole (Ray sends a trial's error to the driver): field and message both
         return type(self), (self.field, self.message)
+
+
+def did_you_mean(name, choices) -> str:
+    """``" (did you mean 'fedkp_bandwidth'?)"`` for the choice closest to a mistyped ``name``; "" when none is close
+    (difflib's ratio under 0.75), so an error line names a near miss without guessing wildly."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""

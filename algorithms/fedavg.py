@@ -1,4 +1,4 @@
-"""FedAvg (McMahan et al. 2017; spec/feded.md §2.2), with an optional server learning rate and momentum.
+"""FedAvg (McMahan et al. 2017; docs/methods/feded.md §2.2), with an optional server learning rate and momentum.
 
 Clients start from θ_t, run E local epochs of SGD and return Δ_k = θ_k − θ_t weighted by N_k. The
 server forms Δ = Σ_k (N_k/N) Δ_k over the sampled clients and steps θ_{t+1} = θ_t + η_s·v, v = m·v + Δ.

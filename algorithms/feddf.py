@@ -1,4 +1,4 @@
-"""FedDF: ensemble distillation for robust model fusion (Lin et al. 2020), as FedAUX runs it (spec/fedaux.md §2).
+"""FedDF: ensemble distillation for robust model fusion (Lin et al. 2020), as FedAUX runs it (docs/methods/fedaux.md §2).
 
 Each round (r = 1, 2, …; ``ServerState.round`` = r − 1 completed rounds):
 
@@ -11,7 +11,7 @@ Each round (r = 1, 2, …; ``ServerState.round`` = r − 1 completed rounds):
   1. *FedAvg warm start* per architecture (Eq. 17 / Alg. 2): each server model θ^P becomes the N_k-weighted
      FedAvg of that architecture's selected clients (:class:`algorithms.fedavg.FedAvg`'s own ``aggregate``,
      so ``server.lr``/``server.momentum`` apply as there). An architecture with no selected client keeps its
-     previous θ^P (spec §11.13). With ``fedavg_init_every = P > 1`` (the single-image paper's ρ = 1/P, spec/
+     previous θ^P (spec §11.13). With ``fedavg_init_every = P > 1`` (the single-image paper's ρ = 1/P, docs/methods/
      single_image.md §4.1–4.2) the warm start happens only in rounds r ≤ 1 and r ≡ 0 (mod P); in the other
      rounds distillation continues from last round's distilled model.
   2. *Teacher* (Eq. 4, Eq. 7): ỹ(x) = softmax(Σ_k ω_k(x) f_k(x) / Σ_k ω_k(x)) over **all** selected clients
@@ -42,20 +42,20 @@ Deviations and choices (every documented alternative is a switch):
   (default, as both reference codes: batch statistics, running statistics updated on public batches) or
   ``eval`` (running statistics from the warm start used and kept; the affine parameters still train).
 - **Optimiser.** ``reset_optimizer: false`` (default) keeps each server model's Adam moments across rounds in
-  ``ServerState.extra["distill_optimizer"]``, as the FedAUX code (spec/fedaux.md §10 #8; the paper is silent
+  ``ServerState.extra["distill_optimizer"]``, as the FedAUX code (docs/methods/fedaux.md §10 #8; the paper is silent
   and §11.10 recommends the code's behaviour); ``true`` makes a fresh Adam every round, as the single-image code
-  (spec/single_image.md A7).
+  (docs/methods/single_image.md A7).
 - **Clients with N_k = 0** are left out of the teacher (their logits would be the untrained global model's).
   With no client holding data, or no distillation step, the round is plain FedAvg (bit-identical).
 - **Temperature** τ (default 1, i.e. none, spec §5) softens the teacher logits (softmax(z/τ)) and the student;
   the loss carries Hinton's τ² factor, which is 1 at τ = 1.
-- **Logit clipping** (``logit_clip`` = c, off by default; the single-image paper ran c = 2.5, spec/
+- **Logit clipping** (``logit_clip`` = c, off by default; the single-image paper ran c = 2.5, docs/methods/
   single_image.md §4.3): LN_c is applied to the training-time logits of clients (inside their cross-entropy)
   and of the student (inside the KL), never to teacher logits, predictions or evaluation.
 - **Validation-based checkpoint** (``val_checkpoint_every``, off by default as FedAUX, spec §11.8; 50 in the
   single-image code, §4.2): the distilled model is scored on the server's validation split after step 1, every
   that many steps and after the last step; the best (ties: the later) is kept. Needs ``server.val_fraction`` > 0.
-- **Step schedule** ``cosine_restart`` (spec/single_image.md §4.6, their hetero runs): steps(1) = S_max, then
+- **Step schedule** ``cosine_restart`` (docs/methods/single_image.md §4.6, their hetero runs): steps(1) = S_max, then
   S_min + ½(S_max − S_min)(1 + cos(π(u − 1)/(P_s − 1))) with u = (r mod P_s) + 1, or 1 when r ≡ 0; S_max is the
   round's constant budget (``distill_steps`` or the epochs), S_min ``schedule_min_steps``, P_s ``schedule_period``.
 - **Distillation batches** are slices of a seeded permutation (``ServerContext.training_generator``), reshuffled
@@ -90,44 +90,44 @@ STEP_SCHEDULES = ("constant", "cosine_restart")
 
 @dataclass(frozen=True)
 class FedDFHyperparams:
-    distill_lr: float = spec(5e-5, doc="η, Adam learning rate of server distillation (spec/fedaux.md §2 Eq. 3, §5: "
+    distill_lr: float = spec(5e-5, doc="η, Adam learning rate of server distillation (docs/methods/fedaux.md §2 Eq. 3, §5: "
                                        "5e-5; the single-image paper used 5e-3).", gt=0)
-    distill_batch_size: int = spec(128, doc="Distillation batch size (spec/fedaux.md §2, §5: 128).", ge=1)
-    distill_epochs: int = spec(1, doc="Passes over D_distill per round (spec/fedaux.md §2, §5: 1 epoch); "
+    distill_batch_size: int = spec(128, doc="Distillation batch size (docs/methods/fedaux.md §2, §5: 128).", ge=1)
+    distill_epochs: int = spec(1, doc="Passes over D_distill per round (docs/methods/fedaux.md §2, §5: 1 epoch); "
                                       "replaced by distill_steps when that is set. 0 = FedAvg only.", ge=0)
     distill_steps: Optional[int] = spec(None, doc="Distillation steps per round, replacing distill_epochs "
-                                                  "(spec/single_image.md §4.2: 500); null = distill_epochs "
+                                                  "(docs/methods/single_image.md §4.2: 500); null = distill_epochs "
                                                   "passes. 0 = FedAvg only.", ge=0)
     temperature: float = spec(1.0, doc="τ, softmax temperature of teacher and student in the KL, with τ² "
-                                       "scaling (spec/fedaux.md §5, §11.8: none, i.e. 1).", gt=0)
+                                       "scaling (docs/methods/fedaux.md §5, §11.8: none, i.e. 1).", gt=0)
     distill_fraction: float = spec(0.8, doc="Share of the public pool D_aux distilled on: its first "
-                                            "⌊fraction·|D_aux|⌋ samples, D_distill (spec/fedaux.md §3.2 P0: "
+                                            "⌊fraction·|D_aux|⌋ samples, D_distill (docs/methods/fedaux.md §3.2 P0: "
                                             "0.8; the rest is FedAUX's D⁻). 1 = the whole pool.", gt=0, le=1)
     bn_mode: str = spec("train", doc="BatchNorm of the student during distillation: train (batch statistics, "
                                      "running statistics updated, as the reference codes) | eval (running "
-                                     "statistics fixed) (spec/fedaux.md §10 #7, §11.9).", choices=BN_MODES)
+                                     "statistics fixed) (docs/methods/fedaux.md §10 #7, §11.9).", choices=BN_MODES)
     reset_optimizer: bool = spec(False, doc="false (default): each server model's distillation Adam keeps its "
-                                            "moments across rounds, as the FedAUX code (spec/fedaux.md §10 #8, "
+                                            "moments across rounds, as the FedAUX code (docs/methods/fedaux.md §10 #8, "
                                             "§11.10 recommends matching it); true: a fresh Adam every round, as "
-                                            "the single-image code (spec/single_image.md A7).")
+                                            "the single-image code (docs/methods/single_image.md A7).")
     logit_clip: Optional[float] = spec(None, doc="c of the logit 'clipping' LN_c on training-time logits of clients "
-                                                 "and student (spec/single_image.md §4.3: 2.5); null = off.", gt=0)
+                                                 "and student (docs/methods/single_image.md §4.3: 2.5); null = off.", gt=0)
     fedavg_init_every: int = spec(1, doc="P = 1/ρ: FedAvg warm start of the server models in rounds r ≤ 1 and "
                                          "r ≡ 0 (mod P), else distil on from last round's model "
-                                         "(spec/single_image.md §4.1–4.2; FedDF/FedAUX: 1, every round).", ge=1)
+                                         "(docs/methods/single_image.md §4.1–4.2; FedDF/FedAUX: 1, every round).", ge=1)
     val_checkpoint_every: Optional[int] = spec(None, doc="Keep the distillation checkpoint with the best server "
                                                          "validation accuracy, scored after step 1, every this many "
-                                                         "steps and at the end (spec/single_image.md §4.2: 50); "
-                                                         "null = keep the last iterate (spec/fedaux.md §11.8).",
+                                                         "steps and at the end (docs/methods/single_image.md §4.2: 50); "
+                                                         "null = keep the last iterate (docs/methods/fedaux.md §11.8).",
                                                ge=1)
     step_schedule: str = spec("constant", doc="Distillation steps over rounds: constant | cosine_restart "
                                               "(cosine annealing with warm restarts from the round's budget down "
-                                              "to schedule_min_steps, spec/single_image.md §4.6).",
+                                              "to schedule_min_steps, docs/methods/single_image.md §4.6).",
                               choices=STEP_SCHEDULES)
     schedule_min_steps: Optional[int] = spec(None, doc="S_min of the cosine_restart schedule "
-                                                       "(spec/single_image.md §4.6: 250 with S_max 500).", ge=0)
+                                                       "(docs/methods/single_image.md §4.6: 250 with S_max 500).", ge=0)
     schedule_period: int = spec(5, doc="P_s, period in rounds of the cosine_restart schedule "
-                                       "(spec/single_image.md §4.6: 5).", ge=2)
+                                       "(docs/methods/single_image.md §4.6: 5).", ge=2)
 
     def validate(self, path: str) -> None:
         def where(name: str) -> str:
@@ -157,7 +157,7 @@ def predict_logits(model: nn.Module, x: torch.Tensor, batch_size: int | None = N
 
 def cosine_restart_steps(round_number: int, max_steps: int, min_steps: int, period: int) -> int:
     """Steps of round ``round_number`` (1-based) under the single-image paper's cosine schedule with warm
-    restarts (spec/single_image.md §4.6): 500, 375, 286, 250, 500, 463, … for (500, 250, 5)."""
+    restarts (docs/methods/single_image.md §4.6): 500, 375, 286, 250, 500, 463, … for (500, 250, 5)."""
     if round_number <= 1:
         return int(max_steps)
     m = round_number % period
@@ -210,7 +210,7 @@ class FedDF(Algorithm):
 
     def comparable_round(self, round_number: int) -> bool:
         """With a FedAvg warm start every P > 1 rounds, accuracy jumps on warm-start rounds: compare trials (ASHA
-        rungs) only there (spec/single_image.md §9)."""
+        rungs) only there (docs/methods/single_image.md §9)."""
         return self.fedavg_init_round(round_number - 1)
 
     def distill_steps_for(self, completed_rounds: int, size: int) -> int:
@@ -251,7 +251,7 @@ class FedDF(Algorithm):
     # --- server ------------------------------------------------------------------------------------------------
     def broadcast(self, state: ServerState, sampled_clients: Sequence[int]) -> dict:
         """The global model(s) and, when the method selects a distillation subset, its pool indices: clients
-        predict only on those (spec/single_image.md §4.1: only indices travel)."""
+        predict only on those (docs/methods/single_image.md §4.1: only indices travel)."""
         payload = {"weights": state.weights}
         indices = self.distillation_indices(state)
         if indices is not None:

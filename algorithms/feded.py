@@ -1,4 +1,4 @@
-"""FedED: one-shot federated ensemble distillation with the weighting schemes w0/w1/w2 (spec/feded.md §2.4–§2.7).
+"""FedED: one-shot federated ensemble distillation with the weighting schemes w0/w1/w2 (docs/methods/feded.md §2.4–§2.7).
 
 One communication round. Each client k trains its own model (any architecture) from the common
 initialisation for E local epochs, then sends once (the *client stage*, cached by ``mode: one_round``):
@@ -114,11 +114,11 @@ from algorithms.models import AUTOENCODERS, build_autoencoder
 from algorithms.common.params import spec
 
 SCHEMES = ("w0", "w1", "w2", "mean")
-#: The thesis's student Adam learning rates (spec/feded.md §3, §6).
+#: The thesis's student Adam learning rates (docs/methods/feded.md §3, §6).
 THESIS_STUDENT_LR = {"w0": 1e-3, "w1": 1e-3, "w2": 1e-5, "mean": 1e-3}
-#: The thesis's student epochs E_S on MNIST/EMNIST (spec/feded.md §6; CIFAR-10: 10 and 50).
+#: The thesis's student epochs E_S on MNIST/EMNIST (docs/methods/feded.md §6; CIFAR-10: 10 and 50).
 THESIS_STUDENT_EPOCHS = {"w0": 30, "w1": 30, "w2": 100, "mean": 30}
-#: ε in the w1 denominator Σ_k N_k^c + ε in the reference code (spec/feded.md §2.5 [code]); 0 = eq. 3.2.
+#: ε in the w1 denominator Σ_k N_k^c + ε in the reference code (docs/methods/feded.md §2.5 [code]); 0 = eq. 3.2.
 REFERENCE_W1_EPSILON = 1e-3
 AUTOENCODER_CHOICES = ("auto", *AUTOENCODERS)
 AE_SCORE_BATCH = 1024  # autoencoder scores' batch (predictions: inference_batch_size); no effect on results (§3)
@@ -325,7 +325,7 @@ def _with_latent(ae: nn.Module, latent: int) -> nn.Module:
 class FedED(Algorithm):
     name = "feded"
     Hyperparams = FedEDHyperparams
-    #: The thesis's FedED client training (spec/feded.md §3, §6): SGD lr 1e-3, momentum 0.9, E = 20 local epochs,
+    #: The thesis's FedED client training (docs/methods/feded.md §3, §6): SGD lr 1e-3, momentum 0.9, E = 20 local epochs,
     #: batch 64 (MNIST/EMNIST). Applied under the user's config: any clients.* key a config sets wins. Not
     #: dataset-dependent: EMNIST's code used E = 50 and CIFAR-10 batch 80 (set them).
     config_defaults = {"clients": {"local_epochs": 20, "batch_size": 64, "optimizer": "sgd", "lr": 1e-3,
@@ -441,7 +441,7 @@ class FedED(Algorithm):
 
     def client_update(self, payload: dict, client: ClientContext) -> ClientUpdate:
         if client.public_x is None:
-            raise ValueError("feded needs public data: set public.source (e.g. train_split, spec/feded.md §4.2)")
+            raise ValueError("feded needs public data: set public.source (e.g. train_split, docs/methods/feded.md §4.2)")
         model = client.model
         self._reset_to_initial(model)
         train_loss = train_local(model, client.x, client.y, client.training, client.generator,

@@ -1,4 +1,4 @@
-"""FedKP, FedKP_cm and FedKPPA: kernel-posterior mode aggregation (spec/fedkp_fedpa.md §3, §12).
+"""FedKP, FedKP_cm and FedKPPA: kernel-posterior mode aggregation (docs/methods/fedkp_fedpa.md §3, §12).
 
 The server stacks the S client weight vectors into W ∈ R^{S×d} and treats every coordinate j on its own
 (§3.2): a 1-D kernel density estimate over {W_ij}_i with its own bandwidth h_j (§3.4), climbed by 1-D

@@ -1,5 +1,5 @@
 """FedPA, federated posterior averaging (Al-Shedivat et al. 2021), as the FedKP thesis runs it
-(spec/fedkp_fedpa.md §4, §12 A16/A17/A22).
+(docs/methods/fedkp_fedpa.md §4, §12 A16/A17/A22).
 
 Rounds ``t < burnin_rounds`` (B, counted in server rounds, 0-based) are plain FedAvg: every client runs E local
 epochs of SGD and returns Δ_k = θ_k − θ_t. From round B on, each client draws l approximate posterior samples

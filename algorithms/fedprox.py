@@ -1,4 +1,4 @@
-"""FedProx (Li et al. 2020; spec/feded.md §2.3) with a *correct* proximal term.
+"""FedProx (Li et al. 2020; docs/methods/feded.md §2.3) with a *correct* proximal term.
 
 Each client minimises L_k(θ) + (μ/2)‖θ − θ_t‖², the norm taken over trainable parameters, with the
 gradient flowing through the term (the thesis's reference code never applied it; see §2.3 [code]).
@@ -39,7 +39,7 @@ def proximal_term(model: torch.nn.Module, mu: float, square_of_sum: bool = False
     """The loss ``extra_loss(model)`` adding (μ/2)‖θ − θ_t‖² with θ_t the weights ``model`` holds now (load the
     global model first); None when μ = 0.
 
-    ``square_of_sum=True`` reproduces the single-image code's bug (spec/single_image.md §4.5, §8 A13):
+    ``square_of_sum=True`` reproduces the single-image code's bug (docs/methods/single_image.md §4.5, §8 A13):
     (μ/2)(Σ_j (θ_j − θ_t,j))², the square of the *sum* of parameter differences."""
     if mu == 0:
         return None

@@ -1,4 +1,4 @@
-"""MNFL: personalised knowledge transfer through a learned coefficient matrix c (spec/mnfl.md §2, §3, §8, §10).
+"""MNFL: personalised knowledge transfer through a learned coefficient matrix c (docs/methods/mnfl.md §2, §3, §8, §10).
 
 Every client keeps its own model (any architecture) in ``client.state``; model parameters never leave it. The
 server holds only c (N×N, ``c[m, n]`` = weight of teacher m for student n, columns on the simplex, see
@@ -149,7 +149,7 @@ class MNFLClientHyperparams:
 
 @dataclass(frozen=True)
 class MNFLHyperparams(MNFLClientHyperparams):
-    rho: float = spec(0.7, doc="ρ, pull of c toward 1/N (Eq. 4); spec/mnfl.md §3, §10 #32: 0.7", ge=0)
+    rho: float = spec(0.7, doc="ρ, pull of c toward 1/N (Eq. 4); docs/methods/mnfl.md §3, §10 #32: 0.7", ge=0)
     coefficient_lr: float = spec(0.01, doc="η3, learning rate of the c-step (Eq. 7); spec §3: 0.01", gt=0)
     lam: float = spec(1.0, doc="λ, weight of the KL term in the c-objective (Eq. 7); spec §3, §10 #8: 1.0", ge=0)
     c_update_order: str = spec("after_distill_refresh", doc="When c is stepped relative to distillation "
@@ -185,7 +185,7 @@ class MNFL(Algorithm):
     def check_setting(self, setting: Setting) -> None:
         if setting.public_source == "none":
             raise ConfigError("public.source", f"{self.name} distils on public data: set public.source (e.g. "
-                                               f"dataset, spec/mnfl.md §4: MNIST for EMNIST/FMNIST, CIFAR-100 for "
+                                               f"dataset, docs/methods/mnfl.md §4: MNIST for EMNIST/FMNIST, CIFAR-100 for "
                                                f"CIFAR-10)")
 
     def uploads_distilled_predictions(self) -> bool:

@@ -1,4 +1,4 @@
-"""MNFL's heterogeneous-model baselines FedMD, Sim-pFL and TopK-pFL (spec/mnfl.md §5, §3, §10 #28, #35; §11).
+"""MNFL's heterogeneous-model baselines FedMD, Sim-pFL and TopK-pFL (docs/methods/mnfl.md §5, §3, §10 #28, #35; §11).
 
 All three are :class:`algorithms.mnfl.MNFL` with a different rule for the teacher weights: the client procedure
 (personalised model in ``client.state``; distil R passes towards Q_n, train E epochs privately, upload tempered
@@ -76,7 +76,7 @@ class FedMDHyperparams(MNFLClientHyperparams):
 @dataclass(frozen=True)
 class SimPFLHyperparams(MNFLClientHyperparams):
     similarity_weights: str = spec("clipped", doc="Sim-pFL teacher weights from the cosine of soft predictions: "
-                                                  "clipped (c ∝ max(cos, 0), self = 1; spec/mnfl.md §5 [REC]) | "
+                                                  "clipped (c ∝ max(cos, 0), self = 1; docs/methods/mnfl.md §5 [REC]) | "
                                                   "minmax (c ∝ cos − min cos, the reference code; §5 [EXT], §11)",
                                    choices=SIMILARITY_WEIGHTINGS)
 
@@ -84,7 +84,7 @@ class SimPFLHyperparams(MNFLClientHyperparams):
 @dataclass(frozen=True)
 class TopKPFLHyperparams(MNFLClientHyperparams):
     topk: int = spec(5, doc="K, clients (self included) whose predictions are averaged for each student "
-                            "(spec/mnfl.md §3, §5: 5); at least 1, at most the number of clients", ge=1)
+                            "(docs/methods/mnfl.md §3, §5: 5); at least 1, at most the number of clients", ge=1)
     selection: str = spec("topk", doc="topk (the K most similar, spec §5 [REC]) | median (those above the median "
                                       "cosine, the reference code; §5 [EXT], §11; topk unused)",
                           choices=TOPK_SELECTIONS)

@@ -1,4 +1,4 @@
-"""Federated SGLD as the FedKP thesis runs it (spec/fedkp_fedpa.md §5.4, §12 A18).
+"""Federated SGLD as the FedKP thesis runs it (docs/methods/fedkp_fedpa.md §5.4, §12 A18).
 
 Clients are FedAvg clients (E local epochs of SGD from θ_t, Δ_k = θ_k − θ_t). The server forms the Langevin
 proposal θ′ = θ_t + Σ_k w_k Δ_k + ξ, ξ ~ N(0, σ²·I), and then takes its server step on θ′ − θ_t:

@@ -1,4 +1,4 @@
-"""FedDF from a single shared image (Soni, Saeed & Asano 2024; spec/single_image.md).
+"""FedDF from a single shared image (Soni, Saeed & Asano 2024; docs/methods/single_image.md).
 
 The paper's strategies ``feddf`` (one architecture) and ``feddf_hetero`` (client-model mirroring, §4.6) are one
 method here, :class:`SingleImage` (``algorithm.name: single_image``): homogeneous with ``model.name``,
@@ -87,63 +87,63 @@ POOL_SIZINGS = ("paper", "whole")
 
 @dataclass(frozen=True)
 class SingleImageHyperparams(FedDFHyperparams):
-    # FedDF's fields with the single-image code's values (spec/single_image.md §4.2, §5).
-    distill_lr: float = spec(5e-3, doc="η_s, server Adam learning rate (spec/single_image.md §5: 5e-3; Table 11: "
+    # FedDF's fields with the single-image code's values (docs/methods/single_image.md §4.2, §5).
+    distill_lr: float = spec(5e-3, doc="η_s, server Adam learning rate (docs/methods/single_image.md §5: 5e-3; Table 11: "
                                        ">= 5e-2 is known bad).", gt=0)
-    distill_batch_size: int = spec(512, doc="B_d, distillation batch (spec/single_image.md §5: 512, or 32 in "
+    distill_batch_size: int = spec(512, doc="B_d, distillation batch (docs/methods/single_image.md §5: 512, or 32 in "
                                             "Tables 1, 3, 4, 6; changes passes per round 16x, §8 A24).", ge=1)
-    distill_steps: Optional[int] = spec(500, doc="Distillation steps per round (spec/single_image.md §4.2: 500; "
+    distill_steps: Optional[int] = spec(500, doc="Distillation steps per round (docs/methods/single_image.md §4.2: 500; "
                                                  "250 in Tables 5, 7, 8, 9, 11); null = distill_epochs passes.",
                                         ge=0)
     distill_fraction: float = spec(1.0, doc="Does not apply: the selection picks from the whole pool; must be 1.",
                                    gt=0, le=1)
     reset_optimizer: bool = spec(True, doc="true (default): a fresh server Adam every round, as the single-image "
-                                           "code (spec/single_image.md §8 A7); false: keep its moments.")
+                                           "code (docs/methods/single_image.md §8 A7); false: keep its moments.")
     logit_clip: Optional[float] = spec(2.5, doc="c of LN_c on training-time logits of clients and student "
-                                                "(spec/single_image.md §4.3: 2.5 in every run); null = off.", gt=0)
+                                                "(docs/methods/single_image.md §4.3: 2.5 in every run); null = off.", gt=0)
     fedavg_init_every: int = spec(5, doc="P = 100/ρ: FedAvg warm start in rounds r <= 1 and r ≡ 0 (mod P) "
-                                         "(spec/single_image.md §4.1: ρ = 20 %, P = 5; 1 = every round).", ge=1)
+                                         "(docs/methods/single_image.md §4.1: ρ = 20 %, P = 5; 1 = every round).", ge=1)
     val_checkpoint_every: Optional[int] = spec(50, doc="Keep the distillation checkpoint with the best server "
                                                        "validation accuracy, scored after step 1, every this many "
-                                                       "steps and at the end (spec/single_image.md §4.2: 50); null "
+                                                       "steps and at the end (docs/methods/single_image.md §4.2: 50); null "
                                                        "= the last iterate (no labelled server data needed).", ge=1)
-    # Selection (spec/single_image.md §3).
+    # Selection (docs/methods/single_image.md §3).
     num_distill: int = spec(5000, doc="s, the selected crops per round that K-means sizing aims at "
-                                      "(spec/single_image.md §2.4: 5000).", ge=1)
-    entropy: bool = spec(True, doc="Entropy (confidence) pruning after K-means (spec/single_image.md §3.3).")
+                                      "(docs/methods/single_image.md §2.4: 5000).", ge=1)
+    entropy: bool = spec(True, doc="Entropy (confidence) pruning after K-means (docs/methods/single_image.md §3.3).")
     entropy_rate: float = spec(0.9, doc="e, share of each predicted class removed by entropy pruning "
-                                        "(spec/single_image.md §3.3: 0.9; Table 9b: 0.1, 0.5, 0.9).", ge=0, lt=1)
+                                        "(docs/methods/single_image.md §3.3: 0.9; Table 9b: 0.1, 0.5, 0.9).", ge=0, lt=1)
     entropy_mode: str = spec("top", doc="H^E: top (remove the most confident, the paper's) | bottom | random "
-                                        "(spec/single_image.md §3.3).", choices=ENTROPY_MODES)
+                                        "(docs/methods/single_image.md §3.3).", choices=ENTROPY_MODES)
     entropy_score: str = spec("maxprob", doc="Confidence score: maxprob (max softmax, the code's and Alg. 3's) | "
                                              "maxlogit (Eq. 4 as written) | entropy (negated Shannon entropy) "
-                                             "(spec/single_image.md §8 A2).", choices=ENTROPY_SCORES)
+                                             "(docs/methods/single_image.md §8 A2).", choices=ENTROPY_SCORES)
     entropy_random_as_in_code: bool = spec(False, doc="random removal draws with replacement, as the code (may "
-                                                      "remove fewer, spec/single_image.md §3.3).")
-    kmeans: bool = spec(True, doc="K-means class balancing before entropy pruning (spec/single_image.md §3.2).")
+                                                      "remove fewer, docs/methods/single_image.md §3.3).")
+    kmeans: bool = spec(True, doc="K-means class balancing before entropy pruning (docs/methods/single_image.md §3.2).")
     pool_sizing: str = spec("paper", doc="Which crops the selection starts from. paper: as the paper's arms at "
-                                         "equal s (spec/single_image.md §2.4, §3.4, Table 5): the first s crops "
+                                         "equal s (docs/methods/single_image.md §2.4, §3.4, Table 5): the first s crops "
                                          "with neither stage (its 'no selection' pool), the first ⌊s/(1 − e)⌋ "
                                          "with entropy pruning only, the whole pool with K-means. whole: always "
                                          "the whole pool (neither stage then distils on all of it).",
                             choices=POOL_SIZINGS)
-    kmeans_k: int = spec(1000, doc="K, clusters (spec/single_image.md §5: 1000; Table 8a: 5–1000).", ge=1)
-    kmeans_factor: float = spec(1.0, doc="F^K, per-class balancing factor (spec/single_image.md §3.2: 1.0).",
+    kmeans_k: int = spec(1000, doc="K, clusters (docs/methods/single_image.md §5: 1000; Table 8a: 5–1000).", ge=1)
+    kmeans_factor: float = spec(1.0, doc="F^K, per-class balancing factor (docs/methods/single_image.md §3.2: 1.0).",
                                 ge=0, le=1)
     kmeans_variant: str = spec("hard", doc="H^K: easy (nearest to their centroid) | hard (farthest, the paper's) | "
-                                           "mixed (kmeans_mix % easy) (spec/single_image.md §3.2).",
+                                           "mixed (kmeans_mix % easy) (docs/methods/single_image.md §3.2).",
                                choices=KMEANS_VARIANTS)
     kmeans_mix: float = spec(50.0, doc="mixed: percent of each quota taken from the easy end (spec §3.2: 50).",
                              ge=0, le=100)
     kmeans_keep_ratio: Optional[float] = spec(None, doc="s_K = ⌊ratio·N_pool⌋ instead of the paper's ⌊s/(1 − e)⌋ "
-                                                        "(spec/single_image.md §3.4, §9), so K-means acts in the "
+                                                        "(docs/methods/single_image.md §3.4, §9), so K-means acts in the "
                                                         "main configuration; null = the paper's sizing.", gt=0, le=1)
-    easy_as_in_code: bool = spec(False, doc="easy behaves as the code's (mixed 50-50, spec/single_image.md §3.2, "
+    easy_as_in_code: bool = spec(False, doc="easy behaves as the code's (mixed 50-50, docs/methods/single_image.md §3.2, "
                                             "§8 A4); false = easy as the paper (100 % nearest).")
-    client_mu: float = spec(0.0, doc="μ of FedProx clients (spec/single_image.md §4.5: 2.0 in 'Ours w/ FedProx'); "
+    client_mu: float = spec(0.0, doc="μ of FedProx clients (docs/methods/single_image.md §4.5: 2.0 in 'Ours w/ FedProx'); "
                                      "0 = plain local training.", ge=0)
     fedprox_as_in_code: bool = spec(False, doc="the code's FedProx penalty (μ/2)(Σ(θ − θ_t))² instead of "
-                                               "(μ/2)‖θ − θ_t‖² (spec/single_image.md §8 A13).")
+                                               "(μ/2)‖θ − θ_t‖² (docs/methods/single_image.md §8 A13).")
 
     def validate(self, path: str) -> None:
         super().validate(path)
@@ -156,7 +156,7 @@ class SingleImageHyperparams(FedDFHyperparams):
 @torch.no_grad()
 def embed_and_predict(model, x: torch.Tensor, batch_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(z, logits) of every input in one batched eval-mode pass: z = ``model.features(x)`` (the penultimate
-    embedding after global pooling, spec/single_image.md §3.1) and the head's raw logits, float32 on the CPU."""
+    embedding after global pooling, docs/methods/single_image.md §3.1) and the head's raw logits, float32 on the CPU."""
     model.eval()
     features, logits = [], []
     for rows in inference_slices(model, x, batch_size):
@@ -186,7 +186,7 @@ class SingleImage(FedDF):
         hp = self.hp
         if setting.public_source == "none":
             raise ConfigError("public.source", "single_image distils on a public pool: set public.source: image "
-                                               "(the patch pool of one photo, spec/single_image.md §2)")
+                                               "(the patch pool of one photo, docs/methods/single_image.md §2)")
         if self.hp.val_checkpoint_every is not None and not setting.server_validation:
             raise ConfigError("algorithm.val_checkpoint_every", "needs the server's validation split: set "
                                                                 "server.val_fraction > 0, or null to keep the "
@@ -237,7 +237,7 @@ class SingleImage(FedDF):
 
     def teacher_weights(self, updates: Sequence[ClientUpdate], state: ServerState,
                         ctx: ServerContext) -> Optional[torch.Tensor]:
-        """ω_k = N_k for every crop (spec/single_image.md §4.2, §8 A14)."""
+        """ω_k = N_k for every crop (docs/methods/single_image.md §4.2, §8 A14)."""
         n = len(updates[0].tensors["public_logits"])
         return torch.tensor([float(u.weight) for u in updates], dtype=torch.float32)[:, None].expand(-1, n)
 
@@ -253,7 +253,7 @@ class SingleImage(FedDF):
 
     def selection_architecture(self, weights: GlobalWeights, ctx: ServerContext) -> str:
         """The server model that selects: the only one, or the best on the server's validation split (ties: the
-        first in order, spec/single_image.md §4.6 step 1 with validation instead of test, §8 A18)."""
+        first in order, docs/methods/single_image.md §4.6 step 1 with validation instead of test, §8 A18)."""
         if not isinstance(weights, dict) or len(weights) == 1:
             return next(iter(weights)) if isinstance(weights, dict) else ctx.architecture
         names = list(weights)

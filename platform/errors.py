@@ -37,6 +37,8 @@ def _load_algorithms_errors():
 _errors = _load_algorithms_errors()
 ConfigError = _errors.ConfigError
 UserError = _errors.UserError
+did_you_mean = _errors.did_you_mean
 del _errors
 
-__all__ = ["ConfigError", "UserError"]
+__all__ = ["ConfigError", "UserError", "did_you_mean"]
+

@@ -53,10 +53,8 @@ def resolve_config(target: str, overrides: list[str], preset: Optional[str] = No
     """(config, experiment name) for an experiment YAML, a search-space YAML (its base config, with ``preset`` laid
     over the file) or a search-space name. A file is a search space when it has a ``base`` section. ``check``: the
     pre-flight check (default :func:`platform.preflight.check_experiment`)."""
-    # deferred: start-up time (the command starts Ray first; config and pre-flight import torch)
-    from platform.config.experiment import apply_overrides, build_experiment, load_yaml, parse_overrides
+    # the name first (a light module), so a typo is answered at once; the config and pre-flight import torch
     from platform.config.space_files import available_search_spaces, did_you_mean, find_search_space, read_search_space
-    from platform.preflight import check_experiment
 
     if os.path.isfile(target):
         path = target
@@ -66,6 +64,9 @@ def resolve_config(target: str, overrides: list[str], preset: Optional[str] = No
         except UserError:
             raise UserError(f"no config file or search space named {target!r}{did_you_mean(target)}; search "
                             f"spaces: {', '.join(available_search_spaces()) or 'none'}") from None
+    from platform.config.experiment import apply_overrides, build_experiment, load_yaml, parse_overrides
+    from platform.preflight import check_experiment
+
     raw = load_yaml(path)
     if raw is None:
         raise UserError(f"{path} is empty; an experiment config is a mapping of sections (dataset, model, algorithm, "

@@ -1,4 +1,4 @@
-"""FedAUX certainty scoring (Sattler et al., FedAUX §3.2, Eqs. 7, 9–11; spec/fedaux.md §3.2, §4, §11).
+"""FedAUX certainty scoring (Sattler et al., FedAUX §3.2, Eqs. 7, 9–11; docs/methods/fedaux.md §3.2, §4, §11).
 
 Each client i, once, in the preparation phase (P2–P3), and the server afterwards (P4, T):
 

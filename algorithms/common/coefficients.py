@@ -1,6 +1,6 @@
-"""MNFL's server-side knowledge-coefficient matrix ``c`` (spec/mnfl.md §1, §2.1 Eqs. 2, 4, 6, 7; §8; §10).
+"""MNFL's server-side knowledge-coefficient matrix ``c`` (docs/methods/mnfl.md §1, §2.1 Eqs. 2, 4, 6, 7; §8; §10).
 
-Convention (spec/mnfl.md §1, §8 "Indexing", §10 #6): ``c`` is an N×N tensor and ``c[m, n]`` is the weight that
+Convention (docs/methods/mnfl.md §1, §8 "Indexing", §10 #6): ``c`` is an N×N tensor and ``c[m, n]`` is the weight that
 teacher client m gets in student client n's target. **Column n** holds client n's weights, so columns are
 normalised (each column lies on the probability simplex) and the targets are ``Q[n] = Σ_m c[m, n] · S[m]``,
 i.e. ``einsum('mn,mbk->nbk', c, S)``. (The KT-pFL reference code stores the transpose; do not mix the two.)
@@ -35,7 +35,7 @@ import torch
 
 from algorithms.errors import ConfigError
 
-EPS = 1e-12  # clamp inside log for q and s (spec/mnfl.md §2.2 pseudo-code, §8 'none' constraint)
+EPS = 1e-12  # clamp inside log for q and s (docs/methods/mnfl.md §2.2 pseudo-code, §8 'none' constraint)
 
 Weights = Union[torch.Tensor, Sequence[float], None]
 
@@ -117,7 +117,7 @@ def _client_weights(c: torch.Tensor, client_weights: Weights) -> torch.Tensor:
 
 def uniform_coefficients(n: int, dtype: torch.dtype = torch.float32,
                          device: Union[str, torch.device, None] = None) -> torch.Tensor:
-    """c_0 = (1/N)·𝟙, N×N (spec/mnfl.md §3 'c_0', §10 #11). Every column (and row) sums to 1.
+    """c_0 = (1/N)·𝟙, N×N (docs/methods/mnfl.md §3 'c_0', §10 #11). Every column (and row) sums to 1.
 
     This is also the minimiser of the regulariser ρ‖c − 1/N‖²_F of Eq. 4.
     """
@@ -129,7 +129,7 @@ def uniform_coefficients(n: int, dtype: torch.dtype = torch.float32,
 def project_columns_to_simplex(c: torch.Tensor) -> torch.Tensor:
     """Euclidean projection of every column of ``c`` onto the probability simplex {x ≥ 0, Σ x = 1}.
 
-    spec/mnfl.md §8 / §10 #12 (default ``c_constraint='simplex'``). Exact sort-based algorithm
+    docs/methods/mnfl.md §8 / §10 #12 (default ``c_constraint='simplex'``). Exact sort-based algorithm
     (Held, Wolfe & Crowder 1974; Duchi et al. 2008): for a column v sorted descending into u, let
     ρ* = max{j : u_j − (Σ_{i≤j} u_i − 1)/j > 0}, θ = (Σ_{i≤ρ*} u_i − 1)/ρ*; the projection is max(v − θ, 0).
     Accepts any [K, N] matrix (each of the N columns of length K is projected); returns a new tensor.
@@ -193,7 +193,7 @@ def coefficient_objective(c: torch.Tensor, soft_predictions: torch.Tensor, clien
 def coefficient_gradient(c: torch.Tensor, soft_predictions: torch.Tensor, client_weights: Weights = None,
                          lam: float = 1.0, rho: float = 0.7, eps: float = EPS,
                          include_penalty: bool = True) -> torch.Tensor:
-    """Analytic ∂J/∂c, N×N (spec/mnfl.md §2.1 'Closed-form gradient'):
+    """Analytic ∂J/∂c, N×N (docs/methods/mnfl.md §2.1 'Closed-form gradient'):
 
         ∂J/∂c[m, n] = λ p_n · mean_b Σ_k s_{m,k}(x̂_b) · (log q̃_{n,k} − log s̃_{n,k} + 1[q_{n,k} > eps])
                       + 2ρ (c[m, n] − 1/N),
@@ -265,7 +265,7 @@ TOPK_SELECTIONS = ("topk", "median")
 def check_topk(k) -> int:
     """K ≥ 1 clients kept by TopK-pFL (spec §3: 5). Raises ConfigError('algorithm.topk')."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ConfigError("algorithm.topk", f"topk (clients kept per student, spec/mnfl.md §3) must be an integer "
+        raise ConfigError("algorithm.topk", f"topk (clients kept per student, docs/methods/mnfl.md §3) must be an integer "
                                             f">= 1, got {k!r}")
     return k
 
@@ -286,7 +286,7 @@ def cosine_similarities(soft_predictions: torch.Tensor) -> torch.Tensor:
     """cos[m, n] = ⟨vec s_m, vec s_n⟩ / (‖vec s_m‖ ‖vec s_n‖), N×N, symmetric, diagonal exactly 1.
 
     ``soft_predictions`` S [N, M, C] are the clients' tempered soft predictions on the round's public subset;
-    each client's M×C matrix is flattened (spec/mnfl.md §5, §10 #28: similarity of soft predictions, not of
+    each client's M×C matrix is flattened (docs/methods/mnfl.md §5, §10 #28: similarity of soft predictions, not of
     parameters; §11: the reference code's ``get_cosdist`` on ``raw_logits[i].flatten()``, self = 1). A client
     whose predictions are all zero has cosine 0 with every other client. Returned in ``S``'s dtype, clamped to
     [−1, 1] (probabilities give [0, 1]).
@@ -302,7 +302,7 @@ def cosine_similarities(soft_predictions: torch.Tensor) -> torch.Tensor:
 
 
 def similarity_coefficients(soft_predictions: torch.Tensor, weighting: str = "clipped") -> torch.Tensor:
-    """Sim-pFL's c (spec/mnfl.md §5), columns on the simplex, from :func:`cosine_similarities`:
+    """Sim-pFL's c (docs/methods/mnfl.md §5), columns on the simplex, from :func:`cosine_similarities`:
 
     - ``'clipped'`` ([REC]): c[m, n] = max(cos[m, n], 0) / Σ_m' max(cos[m', n], 0). The student itself is a
       teacher with cos = 1, so every column sum is ≥ 1 and no column is empty.
@@ -323,7 +323,7 @@ def similarity_coefficients(soft_predictions: torch.Tensor, weighting: str = "cl
 
 
 def topk_coefficients(soft_predictions: torch.Tensor, k: int = 5, selection: str = "topk") -> torch.Tensor:
-    """TopK-pFL's c (spec/mnfl.md §3, §5), columns on the simplex: a uniform average over a set of teachers.
+    """TopK-pFL's c (docs/methods/mnfl.md §3, §5), columns on the simplex: a uniform average over a set of teachers.
 
     - ``'topk'`` ([REC]): for student n, the K teachers with the highest cos[m, n], the student itself always
       first (cos = 1; it is kept even if another client's cosine ties at 1), other ties broken by the lower client

@@ -1,6 +1,6 @@
 """The one family of distillation losses, and one student-training loop, for every distillation method.
 
-Used by FedED (spec/feded.md §2.4, §2.6) and meant for FedDF, FedAUX and MNFL too. Every loss takes the
+Used by FedED (docs/methods/feded.md §2.4, §2.6) and meant for FedDF, FedAUX and MNFL too. Every loss takes the
 student's raw logits ``[B, C]`` and a teacher ``[B, C]`` and returns a scalar (the mean over the batch):
 
 - ``mse_logits``: (1/(B·C)) Σ (z_S − z_T)², the student's **raw logits** regressed onto the teacher's
@@ -17,10 +17,10 @@ Teachers that are not normalised (FedED-w1, spec §2.5) are used as they are by 
 and normalised by ``kl_soft``. Zero teacher entries contribute 0 to the KL (0·log 0 = 0).
 
 For logit ensembles (FedDF, FedAUX): :func:`weighted_logit_ensemble` forms the teacher logits
-Σ_k ω_k(x) f_k(x) / Σ_k ω_k(x) (spec/fedaux.md Eq. 4 with uniform ω, Eq. 7 with certainty scores), to be used
+Σ_k ω_k(x) f_k(x) / Σ_k ω_k(x) (docs/methods/fedaux.md Eq. 4 with uniform ω, Eq. 7 with certainty scores), to be used
 with ``kl_soft`` and ``teacher_kind="logits"``. :func:`logit_norm` is the single-image paper's logit
-"clipping" LN_c (spec/single_image.md §4.3), applied to student logits by the caller's loss. ``distill``'s
-``bn_eval`` keeps BatchNorm layers in eval mode while the rest of the model trains (spec/fedaux.md §11.9), and
+"clipping" LN_c (docs/methods/single_image.md §4.3), applied to student logits by the caller's loss. ``distill``'s
+``bn_eval`` keeps BatchNorm layers in eval mode while the rest of the model trains (docs/methods/fedaux.md §11.9), and
 its ``on_step`` hook sees the model after each step (validation-based checkpoint choice, single_image §4.2).
 """
 from __future__ import annotations
@@ -36,17 +36,17 @@ TEACHER_KINDS = ("probs", "logits")
 
 
 def mse_logits(student_logits: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """Mean over batch and classes of (z_S − z_T)², z_S the raw logits (spec/feded.md §2.6 [code])."""
+    """Mean over batch and classes of (z_S − z_T)², z_S the raw logits (docs/methods/feded.md §2.6 [code])."""
     return F.mse_loss(student_logits, teacher)
 
 
 def mse_prob(student_logits: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """Mean over batch and classes of (softmax(z_S) − z_T)² (spec/feded.md §10 extension)."""
+    """Mean over batch and classes of (softmax(z_S) − z_T)² (docs/methods/feded.md §10 extension)."""
     return F.mse_loss(F.softmax(student_logits, dim=1), teacher)
 
 
 def ce_hard(student_logits: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy against the hard pseudo-labels argmax_c z_T (spec/feded.md §2.6 [code])."""
+    """Cross-entropy against the hard pseudo-labels argmax_c z_T (docs/methods/feded.md §2.6 [code])."""
     return F.cross_entropy(student_logits, teacher.argmax(dim=1))
 
 
@@ -69,7 +69,7 @@ def kl_soft(student_logits: torch.Tensor, teacher: torch.Tensor, temperature: fl
 
 
 def logit_norm(logits: torch.Tensor, c: Optional[float]) -> torch.Tensor:
-    """LN_c(z) = c·z/‖z‖₂ for rows with ‖z‖₂ > 1/c, z otherwise (spec/single_image.md §4.3); c = None: z."""
+    """LN_c(z) = c·z/‖z‖₂ for rows with ‖z‖₂ > 1/c, z otherwise (docs/methods/single_image.md §4.3); c = None: z."""
     if c is None:
         return logits
     norm = logits.norm(dim=1, keepdim=True)
@@ -79,7 +79,7 @@ def logit_norm(logits: torch.Tensor, c: Optional[float]) -> torch.Tensor:
 def weighted_logit_ensemble(logits: torch.Tensor, weights: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Σ_k ω_k(x_j) z_k(x_j) / Σ_k ω_k(x_j): the per-sample weighted mean of client logits ``[K, N, C]`` -> ``[N, C]``.
 
-    ``weights`` ``[K, N]`` (non-negative, e.g. FedAUX's certainty scores s_k(x), spec/fedaux.md Eq. 7) are
+    ``weights`` ``[K, N]`` (non-negative, e.g. FedAUX's certainty scores s_k(x), docs/methods/fedaux.md Eq. 7) are
     normalised per sample over the K clients; None is the plain mean (FedDF, Eq. 4). A sample whose weights
     sum to 0 gets the plain mean. The result has ``logits``' dtype; weights are normalised in float64.
     """

@@ -1,4 +1,4 @@
-"""Per-round subset selection of the single-image pool (spec/single_image.md §3), as pure functions over tensors.
+"""Per-round subset selection of the single-image pool (docs/methods/single_image.md §3), as pure functions over tensors.
 
 The server runs the current global model ``M_G`` once (eval mode) over the whole pool and hands the outputs here
 (no model inside this module; spec §3.1):
@@ -300,7 +300,7 @@ def select_pool(probs: torch.Tensor, features: Optional[torch.Tensor] = None, *,
         if s_k >= n:
             stats["kmeans_noop"] = True
             warnings.warn(f"K-means class balancing is a no-op: its target s_K = {s_k} covers the whole pool of {n} "
-                          "crops (s_K = floor(s / (1 − e)), spec/single_image.md §3.4); set "
+                          "crops (s_K = floor(s / (1 − e)), docs/methods/single_image.md §3.4); set "
                           "algorithm.kmeans_keep_ratio < 1 or a larger pool for it to select anything",
                           UserWarning, stacklevel=2)
         idx = kmeans_balance(features, probs, kmeans_k, kmeans_factor, kmeans_variant, seed=seed,

@@ -2,7 +2,7 @@
 
 The vector holds every floating-point entry of ``state_dict()`` (parameters and float buffers such as
 BatchNorm running statistics), in ``state_dict`` order. Integer buffers (``num_batches_tracked``) stay
-with each model. Averaging the whole float state matches the reference FedAvg code (spec/feded.md §2.2).
+with each model. Averaging the whole float state matches the reference FedAvg code (docs/methods/feded.md §2.2).
 """
 from __future__ import annotations
 

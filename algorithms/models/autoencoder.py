@@ -1,4 +1,4 @@
-"""Convolutional autoencoders for FedED-w2 (spec/feded.md §5.4, Tables A.4/A.5).
+"""Convolutional autoencoders for FedED-w2 (docs/methods/feded.md §5.4, Tables A.4/A.5).
 
 Each client trains one on its local data; the server weights client k's teacher on a public sample x by the
 reconstruction loss l_k(x) its autoencoder gives, so :meth:`ConvAutoencoder.per_sample_loss` is the quantity the
@@ -47,7 +47,7 @@ def _decoder_geometry(size: int, code_quirk: bool) -> list[tuple[int, int]]:
     sizes = [size]
     for p in _ENC_PADDING:
         sizes.append(_conv_out(sizes[-1], p))
-    if code_quirk:  # spec/feded.md §5.4, CIFAR [code]: all paddings 0, output_padding only on the last layer
+    if code_quirk:  # docs/methods/feded.md §5.4, CIFAR [code]: all paddings 0, output_padding only on the last layer
         n = sizes[-1]
         for _ in range(2):
             n = _convt_out(n, 0, 0)

@@ -1,8 +1,8 @@
 """The :class:`Classifier` contract and the model registry machinery.
 
 Every classifier is a feature extractor followed by a head, kept separate because distillation and scoring
-methods need the features: FedAUX scores clients on h(x) with f = g∘h (spec/fedaux.md §6.2), the single-image
-method clusters the penultimate embeddings (spec/single_image.md §3.1).
+methods need the features: FedAUX scores clients on h(x) with f = g∘h (docs/methods/fedaux.md §6.2), the single-image
+method clusters the penultimate embeddings (docs/methods/single_image.md §3.1).
 
 Registry entries are :class:`ModelBuilder` objects. Calling one builds the model and then checks, with one
 dummy forward pass, that the model really takes the requested input shape. A bad shape then gives a
@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from algorithms.errors import ConfigError
+from algorithms.errors import ConfigError, did_you_mean
 
 MODEL_FIELD = "model.name"
 
@@ -53,7 +53,7 @@ def allowed(names: Sequence[str]) -> str:
 
 
 def unknown_name_error(field: str, kind: str, name: object, names: Sequence[str]) -> ConfigError:
-    return ConfigError(field, f"unknown {kind} {name!r}; allowed: {allowed(names)}")
+    return ConfigError(field, f"unknown {kind} {name!r}{did_you_mean(name, names)}; allowed: {allowed(names)}")
 
 
 def normalise_shape(name: str, input_shape: Sequence[int], field: str = MODEL_FIELD,

@@ -2,10 +2,10 @@
 
 - ``mlp`` and ``cnn``: the platform's original smoke-test models, unchanged (same layers, same init order).
 - ``cnn1``/``cnn2``/``cnn3`` and ``emnist_cnn1``/``emnist_cnn2``/``emnist_cnn3``: the FedED thesis CNNs
-  (spec/feded.md §5.1, §5.2).
-- ``leaf_cnn``, ``fedkp_mnist_cnn``, ``fedkp_mnist_lite``: the FedKP thesis CNNs (spec/fedkp_fedpa.md §8.2).
-- ``fedavg_cnn``: "the CNN of McMahan et al." that MNFL's homogeneous runs use (spec/mnfl.md §4, [REC] layout).
-- ``lenet`` and ``alexnet``: two of MNFL's heterogeneous client models (spec/mnfl.md §4, §7, §11).
+  (docs/methods/feded.md §5.1, §5.2).
+- ``leaf_cnn``, ``fedkp_mnist_cnn``, ``fedkp_mnist_lite``: the FedKP thesis CNNs (docs/methods/fedkp_fedpa.md §8.2).
+- ``fedavg_cnn``: "the CNN of McMahan et al." that MNFL's homogeneous runs use (docs/methods/mnfl.md §4, [REC] layout).
+- ``lenet`` and ``alexnet``: two of MNFL's heterogeneous client models (docs/methods/mnfl.md §4, §7, §11).
 
 Every builder adapts the first layer to the input channels and sizes the first linear layer from the input's
 spatial size, so the same layout runs on 1×28×28, 3×32×32 and, where the downsampling allows, 1×8×8.
@@ -44,13 +44,13 @@ def _mlp(input_shape: tuple[int, ...], num_classes: int, hidden: int = 64) -> Cl
 
 
 # --------------------------------------------------------------------------------------------------------------
-# FedED thesis CNNs (spec/feded.md §5.1, §5.2)
+# FedED thesis CNNs (docs/methods/feded.md §5.1, §5.2)
 
 def one_conv_cnn(input_shape: tuple[int, ...], num_classes: int, channels: int) -> Classifier:
     """Tables A.1/A.2: Conv(N_Ch, 5×5, s1, p2) → ReLU → MaxPool(4, **stride 4**) → Flatten → Linear.
 
     The thesis tables print stride 2 for the pool, but only stride 4 gives the 7×7 map and the stated parameter
-    counts (spec/feded.md §5.1 and §9 item 8), so stride 4 it is. On 1×28×28 with 10 classes:
+    counts (docs/methods/feded.md §5.1 and §9 item 8), so stride 4 it is. On 1×28×28 with 10 classes:
     N_Ch = 2 → 1,042, 8 → 4,138, 16 → 8,266 parameters.
     """
     in_ch = input_shape[0]
@@ -64,43 +64,43 @@ def one_conv_cnn(input_shape: tuple[int, ...], num_classes: int, channels: int) 
 
 @register("cnn1")
 def _cnn1(input_shape, num_classes):
-    """FedED MNIST CNN1 (spec/feded.md §5.1): N_Ch = 2; 1,042 params on 1×28×28, 10 classes."""
+    """FedED MNIST CNN1 (docs/methods/feded.md §5.1): N_Ch = 2; 1,042 params on 1×28×28, 10 classes."""
     return one_conv_cnn(input_shape, num_classes, 2)
 
 
 @register("cnn2")
 def _cnn2(input_shape, num_classes):
-    """FedED MNIST CNN2 (spec/feded.md §5.1): N_Ch = 8; 4,138 params on 1×28×28, 10 classes."""
+    """FedED MNIST CNN2 (docs/methods/feded.md §5.1): N_Ch = 8; 4,138 params on 1×28×28, 10 classes."""
     return one_conv_cnn(input_shape, num_classes, 8)
 
 
 @register("cnn3")
 def _cnn3(input_shape, num_classes):
-    """FedED MNIST CNN3 (spec/feded.md §5.1): N_Ch = 16; 8,266 params on 1×28×28, 10 classes.
+    """FedED MNIST CNN3 (docs/methods/feded.md §5.1): N_Ch = 16; 8,266 params on 1×28×28, 10 classes.
 
     This is the true 16-channel CNN3. The reference code's factory returned CNN2 for "mnist_cnn3", so the
-    thesis's MNIST "CNN3" numbers are really CNN2's (spec/feded.md §5.1 caveat); use ``cnn2`` to reproduce them.
+    thesis's MNIST "CNN3" numbers are really CNN2's (docs/methods/feded.md §5.1 caveat); use ``cnn2`` to reproduce them.
     """
     return one_conv_cnn(input_shape, num_classes, 16)
 
 
 @register("emnist_cnn1")
 def _emnist_cnn1(input_shape, num_classes):
-    """FedED EMNIST CNN1 (spec/feded.md §5.2, Table A.2): the §5.1 layout with N_Ch = 2; 2,626 params on
+    """FedED EMNIST CNN1 (docs/methods/feded.md §5.2, Table A.2): the §5.1 layout with N_Ch = 2; 2,626 params on
     1×28×28, 26 classes. Same layout as ``cnn1``; a separate name so configs read like the thesis."""
     return one_conv_cnn(input_shape, num_classes, 2)
 
 
 @register("emnist_cnn2")
 def _emnist_cnn2(input_shape, num_classes):
-    """FedED EMNIST CNN2 (spec/feded.md §5.2, Table A.2): the §5.1 layout with N_Ch = 16; 20,826 params on
+    """FedED EMNIST CNN2 (docs/methods/feded.md §5.2, Table A.2): the §5.1 layout with N_Ch = 16; 20,826 params on
     1×28×28, 26 classes. Same layout as ``cnn3``."""
     return one_conv_cnn(input_shape, num_classes, 16)
 
 
 @register("emnist_cnn3")
 def _emnist_cnn3(input_shape, num_classes):
-    """FedED EMNIST CNN3 (spec/feded.md §5.2, Table A.3): Conv8(5×5,p2) → ReLU → MaxPool2 → Conv16(5×5,p2) →
+    """FedED EMNIST CNN3 (docs/methods/feded.md §5.2, Table A.3): Conv8(5×5,p2) → ReLU → MaxPool2 → Conv16(5×5,p2) →
     ReLU → MaxPool2 → Flatten(784) → Linear; 23,834 params on 1×28×28, 26 classes.
 
     This is the post-2022-05-02 definition the table describes, not the older, bigger net (spec §5.2).
@@ -115,11 +115,11 @@ def _emnist_cnn3(input_shape, num_classes):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# FedKP thesis CNNs (spec/fedkp_fedpa.md §8.2)
+# FedKP thesis CNNs (docs/methods/fedkp_fedpa.md §8.2)
 
 @register("leaf_cnn")
 def _leaf_cnn(input_shape, num_classes):
-    """The EMNIST-62/FEMNIST CNN of the FedKP thesis, Table D.2 (spec/fedkp_fedpa.md §8.2): the Reddi et al. /
+    """The EMNIST-62/FEMNIST CNN of the FedKP thesis, Table D.2 (docs/methods/fedkp_fedpa.md §8.2): the Reddi et al. /
     FedPA CNN with ReLUs. 1,206,590 params on 1×28×28, 62 classes.
 
     Conv32(3×3, no pad) → ReLU → Conv64(3×3) → ReLU → MaxPool2 → Dropout(0.25) → Flatten(9216) → Linear(128) →
@@ -146,7 +146,7 @@ def _leaf_cnn(input_shape, num_classes):
 
 @register("fedkp_mnist_cnn")
 def _fedkp_mnist_cnn(input_shape, num_classes):
-    """FedKP thesis MNIST CNN, Table D.1 (spec/fedkp_fedpa.md §8.2): Conv16(5×5,p2) → ReLU → MaxPool2 →
+    """FedKP thesis MNIST CNN, Table D.1 (docs/methods/fedkp_fedpa.md §8.2): Conv16(5×5,p2) → ReLU → MaxPool2 →
     Conv32(5×5,p2) → ReLU → MaxPool2 → Flatten(1568) → Linear(C); 28,938 params on 1×28×28, 10 classes."""
     in_ch = input_shape[0]
     features = nn.Sequential(
@@ -159,7 +159,7 @@ def _fedkp_mnist_cnn(input_shape, num_classes):
 
 @register("fedkp_mnist_lite")
 def _fedkp_mnist_lite(input_shape, num_classes):
-    """FedKP "MNIST_Model_lite", the net the main MNIST runs actually used (spec/fedkp_fedpa.md §8.2 [code]):
+    """FedKP "MNIST_Model_lite", the net the main MNIST runs actually used (docs/methods/fedkp_fedpa.md §8.2 [code]):
     Conv10(5×5, no pad) → ReLU → MaxPool(4) → Flatten(360) → Linear(C); 3,870 params on 1×28×28, 10 classes."""
     in_ch = input_shape[0]
     features = nn.Sequential(nn.Conv2d(in_ch, 10, 5), nn.ReLU(), MaxPool2d(4), nn.Flatten())
@@ -167,11 +167,11 @@ def _fedkp_mnist_lite(input_shape, num_classes):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# MNFL models (spec/mnfl.md §4, §7, §11)
+# MNFL models (docs/methods/mnfl.md §4, §7, §11)
 
 @register("fedavg_cnn")
 def _fedavg_cnn(input_shape, num_classes):
-    """"The CNN of McMahan et al. 2017" for MNFL's homogeneous runs, in the layout spec/mnfl.md §4 recommends:
+    """"The CNN of McMahan et al. 2017" for MNFL's homogeneous runs, in the layout docs/methods/mnfl.md §4 recommends:
     Conv32(5×5,p2) → ReLU → MaxPool2 → Conv64(5×5,p2) → ReLU → MaxPool2 → Linear(512) → ReLU | Linear(C).
     Padding 2 lets it take 28×28 and 32×32: 1,663,370 params on 1×28×28 and 2,156,490 on 3×32×32 (10 classes),
     matching the spec's ≈1.66M / ≈2.16M (§7). Features are the 512-d hidden layer."""
@@ -187,7 +187,7 @@ def _fedavg_cnn(input_shape, num_classes):
 
 @register("lenet")
 def _lenet(input_shape, num_classes):
-    """LeNet-5, one of MNFL's heterogeneous client models (spec/mnfl.md §4; layout not given there).
+    """LeNet-5, one of MNFL's heterogeneous client models (docs/methods/mnfl.md §4; layout not given there).
 
     Conv6(5×5, no pad) → ReLU → MaxPool2 → Conv16(5×5) → ReLU → MaxPool2 → Flatten → Linear(120) → ReLU →
     Linear(84) → ReLU | Linear(C). ReLU instead of the original tanh, as the usual modern variant. On a 28×28
@@ -208,7 +208,7 @@ def _lenet(input_shape, num_classes):
 
 @register("alexnet")
 def _alexnet(input_shape, num_classes):
-    """The small-input AlexNet MNFL's heterogeneous runs use (spec/mnfl.md §4, §7, §11: "AlexNet (small
+    """The small-input AlexNet MNFL's heterogeneous runs use (docs/methods/mnfl.md §4, §7, §11: "AlexNet (small
     variant) ≈20.1M params"; layout not given).
 
     Our layout: Conv64(3×3, s2, p1) → ReLU → MaxPool2 → Conv192(3×3,p1) → ReLU → MaxPool2 → Conv384 → ReLU →

@@ -6,7 +6,7 @@ the usual CIFAR adaptation, so a 32×32 image ends in a 4×4 map (total stride 8
 - ShuffleNetV2: stem conv stride 1 instead of 2, and no stem max-pool.
 Everything else (widths, blocks, torchvision's init) is torchvision's. The stem conv takes the input's channels.
 
-Used by MNFL (ShuffleNetV2 clients, spec/mnfl.md §4) and FedAUX (spec/fedaux.md §6.2). FedAUX's own nets
+Used by MNFL (ShuffleNetV2 clients, docs/methods/mnfl.md §4) and FedAUX (docs/methods/fedaux.md §6.2). FedAUX's own nets
 differ: a half-width MobileNetV2 with 640-d features and ShuffleNet **v1** (groups 2, 800-d); these are the
 torchvision v2 nets with 1280-d and 1024-d features.
 """
@@ -54,7 +54,7 @@ def _mobilenet_v2(input_shape, num_classes):
 @register("shufflenet_v2")
 def _shufflenet_v2(input_shape, num_classes):
     """torchvision ``shufflenet_v2_x1_0(weights=None)``, small-input stem (module docstring). 1,263,854 params
-    on 3×32×32 with 10 classes (spec/mnfl.md §7: ≈1.26M). Features: the 1024-d pooled conv5 map."""
+    on 3×32×32 with 10 classes (docs/methods/mnfl.md §7: ≈1.26M). Features: the 1024-d pooled conv5 map."""
     from torchvision.models import shufflenet_v2_x1_0
 
     tv = shufflenet_v2_x1_0(weights=None, num_classes=num_classes)

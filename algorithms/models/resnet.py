@@ -1,13 +1,13 @@
 """Residual networks.
 
-- ``resnet8`` (FedAUX, spec/fedaux.md §6.2) and ``resnet18`` (MNFL's "CIFAR-style" ResNet-18, spec/mnfl.md §4,
+- ``resnet8`` (FedAUX, docs/methods/fedaux.md §6.2) and ``resnet18`` (MNFL's "CIFAR-style" ResNet-18, docs/methods/mnfl.md §4,
   §11): torchvision's ``ResNet`` with BasicBlocks, a 3×3 stride-1 stem and no max-pool; widths 64/128/256/512,
   so both have **512-d features**.
-- ``resnet18_imagenet_stem``: the FedED thesis's CIFAR-10 ResNet-18 (spec/feded.md §5.3): torchvision
+- ``resnet18_imagenet_stem``: the FedED thesis's CIFAR-10 ResNet-18 (docs/methods/feded.md §5.3): torchvision
   ``resnet18`` with the ImageNet stem kept, and Dropout(0.5) before the final linear layer.
 - ``resnet8_narrow`` and ``resnet20``: the He et al. CIFAR ResNets (16/32/64 widths, 64-d features) of the
-  single-image paper (spec/single_image.md §6.3). Its "ResNet-8" is this narrow net, not FedAUX's.
-- ``wrn16_4``: pre-activation Wide ResNet-16-4 (spec/single_image.md §6.3), 256-d features.
+  single-image paper (docs/methods/single_image.md §6.3). Its "ResNet-8" is this narrow net, not FedAUX's.
+- ``wrn16_4``: pre-activation Wide ResNet-16-4 (docs/methods/single_image.md §6.3), 256-d features.
 
 All are trained from scratch (``weights=None``, never a download). The first conv takes the input's channels.
 Global average pooling is adaptive, so any spatial size that survives the downsamplings works.
@@ -50,7 +50,7 @@ def _torchvision_resnet_classifier(tv_model, in_channels: int, num_classes: int,
 
 @register("resnet8")
 def _resnet8(input_shape, num_classes):
-    """FedAUX's ResNet-8 (spec/fedaux.md §6.2): torchvision ``ResNet(BasicBlock, [1, 1, 1, 1])`` with conv1
+    """FedAUX's ResNet-8 (docs/methods/fedaux.md §6.2): torchvision ``ResNet(BasicBlock, [1, 1, 1, 1])`` with conv1
     replaced by a 3×3 stride-1 conv (64 ch) and no max-pool. Stages 64/128/256/512 and global average pooling
     give **512-d features** (the paper's h_0(x) ∈ R^512). 4,903,242 params with 10 classes, 4,949,412 with 100
     (spec: ≈4.90M / ≈4.95M). Much wider than FedDF's or the single-image paper's ResNet-8 (``resnet8_narrow``).
@@ -63,7 +63,7 @@ def _resnet8(input_shape, num_classes):
 
 @register("resnet18")
 def _resnet18(input_shape, num_classes):
-    """CIFAR-style ResNet-18 (MNFL's client model, spec/mnfl.md §4, §11): torchvision ``resnet18`` with a 3×3
+    """CIFAR-style ResNet-18 (MNFL's client model, docs/methods/mnfl.md §4, §11): torchvision ``resnet18`` with a 3×3
     stride-1 stem and no max-pool; 11,173,962 params on 3×32×32 with 10 classes (spec §7: 11.17M). 512-d
     features."""
     from torchvision.models import resnet18
@@ -74,10 +74,10 @@ def _resnet18(input_shape, num_classes):
 
 @register("resnet18_imagenet_stem")
 def _resnet18_imagenet_stem(input_shape, num_classes):
-    """The FedED thesis's CIFAR-10 ResNet-18 (spec/feded.md §5.3): torchvision ``resnet18(weights=None)`` with
+    """The FedED thesis's CIFAR-10 ResNet-18 (docs/methods/feded.md §5.3): torchvision ``resnet18(weights=None)`` with
     the **ImageNet stem kept** (7×7 stride-2 conv, 3×3 stride-2 max-pool) on small images, and AdaptiveAvgPool
     → 512 → Dropout(0.5) → Linear(512, C). 11,181,642 params on 3×32×32 with 10 classes. Also the FedKP
-    CIFAR-100 net (spec/fedkp_fedpa.md §8.2) up to that dropout; it runs on 24×24 crops. Total stride 32:
+    CIFAR-100 net (docs/methods/fedkp_fedpa.md §8.2) up to that dropout; it runs on 24×24 crops. Total stride 32:
     inputs must be at least 17×17, so 8×8 is refused. The dropout sits in the head; features are 512-d.
     """
     from torchvision.models import resnet18
@@ -87,11 +87,11 @@ def _resnet18_imagenet_stem(input_shape, num_classes):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# He et al. CIFAR ResNets and the Wide ResNet of the single-image paper (spec/single_image.md §6.3)
+# He et al. CIFAR ResNets and the Wide ResNet of the single-image paper (docs/methods/single_image.md §6.3)
 
 class _BasicBlock(nn.Module):
     """Post-activation basic block: relu(bn(conv(relu(bn(conv(x))))) + shortcut(x)), with a 1×1 conv + BN
-    shortcut when the shape changes (spec/single_image.md §6.3)."""
+    shortcut when the shape changes (docs/methods/single_image.md §6.3)."""
 
     def __init__(self, in_ch: int, out_ch: int, stride: int):
         super().__init__()
@@ -114,7 +114,7 @@ class _BasicBlock(nn.Module):
 def cifar_resnet(input_shape, num_classes: int, depth: int, widths=(16, 32, 64)) -> Classifier:
     """He et al.'s CIFAR ResNet-(6n+2): 3×3 stem (16 ch) + BN + ReLU, three stages of n = (depth − 2)/6 blocks
     with strides 1/2/2, adaptive average pool, linear head. Kaiming-normal (fan_out) convs, BN weight 1 and
-    bias 0 (spec/single_image.md §6.3)."""
+    bias 0 (docs/methods/single_image.md §6.3)."""
     if (depth - 2) % 6:
         raise ValueError(f"CIFAR ResNet depth must be 6n+2, got {depth}")
     n = (depth - 2) // 6
@@ -137,7 +137,7 @@ def cifar_resnet(input_shape, num_classes: int, depth: int, widths=(16, 32, 64))
 
 @register("resnet8_narrow")
 def _resnet8_narrow(input_shape, num_classes):
-    """The single-image paper's ResNet-8 (spec/single_image.md §6.3): CIFAR ResNet, widths 16/32/64, one block
+    """The single-image paper's ResNet-8 (docs/methods/single_image.md §6.3): CIFAR ResNet, widths 16/32/64, one block
     per stage; 78,042 params on 3×32×32 with 10 classes (spec: "about 78k"). 64-d features. Named ``_narrow``
     because ``resnet8`` is FedAUX's 512-d ResNet-8."""
     return cifar_resnet(input_shape, num_classes, depth=8)
@@ -145,7 +145,7 @@ def _resnet8_narrow(input_shape, num_classes):
 
 @register("resnet20")
 def _resnet20(input_shape, num_classes):
-    """CIFAR ResNet-20 (spec/single_image.md §6.3): widths 16/32/64, three blocks per stage, 1×1 conv + BN
+    """CIFAR ResNet-20 (docs/methods/single_image.md §6.3): widths 16/32/64, three blocks per stage, 1×1 conv + BN
     shortcuts; 272,474 params on 3×32×32 with 10 classes (spec: "about 0.27M"). 64-d features."""
     return cifar_resnet(input_shape, num_classes, depth=20)
 
@@ -174,7 +174,7 @@ class _PreActUnit(nn.Module):
 
 @register("wrn16_4")
 def _wrn16_4(input_shape, num_classes):
-    """Pre-activation Wide ResNet-16-4 (spec/single_image.md §6.3, pytorchcv style): 3×3 stem (16 ch), three
+    """Pre-activation Wide ResNet-16-4 (docs/methods/single_image.md §6.3, pytorchcv style): 3×3 stem (16 ch), three
     stages of two units with widths 64/128/256 and strides 1/2/2, final BN + ReLU, average pool, linear head.
     Kaiming-uniform conv init. 2,748,890 params on 3×32×32 with 10 classes (spec: "about 2.7M"); 256-d features.
 

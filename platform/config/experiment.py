@@ -19,7 +19,7 @@ import yaml
 from platform.config.public_data import PretrainConfig, PublicDataConfig, pool_size
 from platform.config.schema import build, flatten, spec, to_dict
 from platform.config.space_files import check_expanded_size, load_yaml  # noqa: F401 - load_yaml re-exported
-from platform.errors import ConfigError
+from platform.errors import ConfigError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ class DatasetConfig:
     download: bool = spec(False, doc="Let torchvision download missing files (needs a network).")
     normalization: Optional[str] = spec(None, doc="Input normalisation, see platform.data.NORMALIZATIONS "
                                                   "(none, mnist, imagenet, cifar10, ...); null = the dataset's "
-                                                  "default (the one its spec uses, e.g. spec/feded.md §4.1).")
-    split: Optional[str] = spec(None, doc="EMNIST split: letters (default; spec/feded.md §4.1), balanced, "
+                                                  "default (the one its spec uses, e.g. docs/methods/feded.md §4.1).")
+    split: Optional[str] = spec(None, doc="EMNIST split: letters (default; docs/methods/feded.md §4.1), balanced, "
                                           "byclass, bymerge, digits, mnist.")
     emnist_upright: bool = spec(False, doc="EMNIST only: transpose images to MNIST's orientation (torchvision "
                                            "keeps the files' transposed one), e.g. with MNIST as public data.")
@@ -75,35 +75,36 @@ class PartitionConfig:
     kind: str = spec("dirichlet", doc="How training data is split over clients; see platform.data.PARTITIONS: "
                                       "iid | dirichlet | lda | hierarchical_lda | classes_per_client | "
                                       "unequal_classes | natural.")
-    alpha: float = spec(0.5, doc="Dirichlet concentration α (smaller = more skew): dirichlet (spec/feded.md §4.2, "
-                                 "spec/fedaux.md §6.1), lda (spec/fedkp_fedpa.md §7.1), the coarse-level α of "
-                                 "hierarchical_lda (§7.4), unequal_classes (spec/mnfl.md §10 #19).", gt=0)
+    alpha: float = spec(0.5, doc="Dirichlet concentration α (smaller = more skew): dirichlet (docs/methods/feded.md §4.2, "
+                                 "docs/methods/fedaux.md §6.1), lda (docs/methods/fedkp_fedpa.md §7.1), the coarse-level α of "
+                                 "hierarchical_lda (§7.4), unequal_classes (docs/methods/mnfl.md §10 #19).", gt=0)
     min_share: float = spec(0.01, doc="Redraw until every client's summed class share exceeds this (§4.2).", ge=0,
                             lt=1)
     equal_sizes: bool = spec(False, doc="dirichlet only: FedAUX's Sinkhorn-balanced variant with equal client "
-                                        "sizes (spec/fedaux.md §6.1); ignores min_share.")
+                                        "sizes (docs/methods/fedaux.md §6.1); ignores min_share.")
     samples_per_client: Optional[int] = spec(None, doc="N, samples per client for lda / hierarchical_lda "
-                                                       "(spec/fedkp_fedpa.md §7.1); null = §7.2's class-balanced "
+                                                       "(docs/methods/fedkp_fedpa.md §7.1); null = §7.2's class-balanced "
                                                        "pool, N = C·⌊min_c N^c / K⌋.", ge=1)
-    beta: float = spec(10.0, doc="β, the fine-label concentration of hierarchical_lda (spec/fedkp_fedpa.md §7.4; "
+    beta: float = spec(10.0, doc="β, the fine-label concentration of hierarchical_lda (docs/methods/fedkp_fedpa.md §7.4; "
                                  "β = 10 there).", gt=0)
     lda_quirk_compat: bool = spec(False, doc="lda / hierarchical_lda: keep the authors' no-op renormalisation "
-                                             "(missing mass to the last label; spec/fedkp_fedpa.md §7.1, §12 A15).")
+                                             "(missing mass to the last label; docs/methods/fedkp_fedpa.md §7.1, §12 A15).")
     classes_per_client: Optional[int] = spec(None, doc="k, the classes each client holds for classes_per_client "
-                                                       "(MNFL Non-IID_1: k = 2; spec/mnfl.md §4, §10 #20).", ge=1)
+                                                       "(MNFL Non-IID_1: k = 2; docs/methods/mnfl.md §4, §10 #20).", ge=1)
     min_per_class: int = spec(5, doc="unequal_classes: samples of every class each client gets before the "
-                                     "Dirichlet split (MNFL Non-IID_2; spec/mnfl.md §10 #19).", ge=0)
+                                     "Dirichlet split (MNFL Non-IID_2; docs/methods/mnfl.md §10 #19).", ge=0)
     sampling_alpha: Optional[float] = spec(None, doc="Client-sampling skew 𝒬: per-round selection probabilities "
-                                                     "π ~ Dir(α·1) drawn once (spec/fedkp_fedpa.md §7.3, §12 A9); "
+                                                     "π ~ Dir(α·1) drawn once (docs/methods/fedkp_fedpa.md §7.3, §12 A9); "
                                                      "null = uniform sampling (α → ∞).", gt=0)
     val_fraction: float = spec(0.0, doc="Per-client validation share of each client's data (split_clients).",
                                ge=0, lt=1)
     test_fraction: float = spec(0.0, doc="Per-client test share of each client's data (MNFL: 0.25, "
-                                         "spec/mnfl.md §4).", ge=0, lt=1)
+                                         "docs/methods/mnfl.md §4).", ge=0, lt=1)
 
     def validate(self, path: str) -> None:
         if self.kind not in PARTITION_KINDS:
-            raise ConfigError(f"{path}.kind", f"unknown partition {self.kind!r}; allowed: "
+            raise ConfigError(f"{path}.kind", f"unknown partition {self.kind!r}"
+                                              f"{did_you_mean(self.kind, PARTITION_KINDS)}; allowed: "
                                               f"{', '.join(PARTITION_KINDS)}")
         if self.kind == "classes_per_client" and self.classes_per_client is None:
             raise ConfigError(f"{path}.classes_per_client", f"required when {path}.kind=classes_per_client: an "
@@ -137,7 +138,7 @@ class ModelConfig:
                   "heterogeneous_models: weight-averaging ones average within each architecture.")
     assignment: str = spec("random", doc="Which clients get which architecture: random (a permutation seeded by "
                                          "the partition seed, so architecture and data stay uncorrelated; "
-                                         "spec/mnfl.md §10 item 25) or blocks (contiguous client ids, the MNFL "
+                                         "docs/methods/mnfl.md §10 item 25) or blocks (contiguous client ids, the MNFL "
                                          "reference code; the shares must split clients.num_clients into "
                                          "whole blocks).", choices=("random", "blocks"))
 
@@ -145,7 +146,8 @@ class ModelConfig:
         from platform.config.models import MODELS  # deferred: start-up time (the model zoo imports torch)
 
         if self.name not in MODELS:
-            raise ConfigError(f"{path}.name", f"unknown model {self.name!r}; allowed: {', '.join(MODELS)}")
+            raise ConfigError(f"{path}.name", f"unknown model {self.name!r}{did_you_mean(self.name, MODELS)}; "
+                                              f"allowed: {', '.join(MODELS)}")
         if self.architectures is not None:
             from platform.config.models import architecture_shares
 
@@ -230,7 +232,7 @@ class SeedsConfig:
     partition_from_seed: bool = spec(False, doc="The partition seed is the top-level seed itself, not a seed "
                                                 "derived from it: a sweep's replicate seed s partitions with "
                                                 "seed s, as reference code that seeds everything with the run "
-                                                "seed does (FedED: np.random.seed(s), spec/feded.md §4.3), so "
+                                                "seed does (FedED: np.random.seed(s), docs/methods/feded.md §4.3), so "
                                                 "the Dirichlet draws match it. Excludes an explicit "
                                                 "seeds.partition (one partition for every replicate).")
 
@@ -279,7 +281,7 @@ class ExperimentConfig:
     server: ServerConfig = spec(factory=ServerConfig)
     rounds: int = spec(10, doc="Communication rounds R.", ge=1, le=1_000_000)
     mode: str = spec("rounds", doc="rounds: train for `rounds` rounds. one_round: the one-round analysis of "
-                                   "spec/fedkp_fedpa.md §10.3 (Appendix C): the round-0 client models are "
+                                   "docs/methods/fedkp_fedpa.md §10.3 (Appendix C): the round-0 client models are "
                                    "trained once per upstream config and cached, and each run only "
                                    "re-aggregates them (rounds must be 1).", choices=("rounds", "one_round"))
     seed: int = spec(0, doc="Base seed; each stream in `seeds` derives from it unless set.", ge=0)
@@ -359,8 +361,10 @@ def _build_algorithm(data: Any) -> AlgorithmConfig:
     except ConfigError as err:
         if "unknown key" in str(err):
             allowed = [f.name for f in dataclasses.fields(hp_cls)]
-            raise ConfigError(err.field, f"unknown key for algorithm {name!r}; allowed: "
-                                         f"{', '.join(['name', *allowed])}") from None
+            key = err.field.rsplit(".", 1)[-1]
+            allowed = ["name", *allowed]
+            raise ConfigError(err.field, f"unknown key for algorithm {name!r}{did_you_mean(key, allowed)}; allowed: "
+                                         f"{', '.join(allowed)}") from None
         raise
     return AlgorithmConfig(name=name, params=hparams)
 

@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from platform.errors import ConfigError
+from platform.errors import ConfigError, did_you_mean
 
 PRESET_SECTIONS = ("title", "document", "base", "scenarios", "parameters", "search", "resources", "reference", "cite")
 OVERLAY_SECTIONS = ("base", "scenarios", "parameters", "search", "resources", "reference")
@@ -144,7 +144,8 @@ def select_preset(presets: dict[str, Preset], name: Optional[str], space: str) -
         return None
     if name not in presets:
         allowed = ", ".join(presets) if presets else "none (the space has no presets: block)"
-        raise ConfigError("--preset", f"unknown preset {name!r} for search space {space!r}; allowed: {allowed}")
+        raise ConfigError("--preset", f"unknown preset {name!r} for search space {space!r}"
+                                      f"{did_you_mean(name, presets)}; allowed: {allowed}")
     return presets[name]
 
 

@@ -19,10 +19,10 @@ from platform.errors import ConfigError
 SOURCE_IMAGES: dict[str, str] = {
     "china": "scikit-learn's china.jpg (427×640 photo of a temple)",
     "flower": "scikit-learn's flower.jpg (427×640 photo of a flower)",
-    "noise": "i.i.d. uniform RGB noise, 1920×2560, fixed seed (spec/single_image.md §2.3 [R])",
+    "noise": "i.i.d. uniform RGB noise, 1920×2560, fixed seed (docs/methods/single_image.md §2.3 [R])",
     "strokes": "generated grey pen strokes on black, 768×1024, fixed seed (an image that suits handwriting)",
 }
-DEFAULT_POOL_SIZE = 50_000  # N_pool of the paper's main runs (spec/single_image.md §2.4)
+DEFAULT_POOL_SIZE = 50_000  # N_pool of the paper's main runs (docs/methods/single_image.md §2.4)
 PUBLIC_SOURCES = ("none", "train_split", "dataset", "image")
 PUBLIC_SPLITS = ("first_half", "random")
 PUBLIC_DATASET_SPLITS = ("train", "test", "train+test", "unlabeled", "extra")
@@ -47,7 +47,7 @@ def pool_size(cfg: PublicDataConfig) -> int:
 
 @dataclass(frozen=True)
 class PatchPoolConfig:
-    """``public.patches``: the crop transforms of spec/single_image.md §2.2 (official code's defaults, §8 A1)."""
+    """``public.patches``: the crop transforms of docs/methods/single_image.md §2.2 (official code's defaults, §8 A1)."""
 
     init_crop: float = spec(DEFAULT_SETTINGS["init_crop"], doc="Side of the initial random square crop as a "
                                                                "fraction of min(H, W) (spec §2.2 step 1: 0.5).",
@@ -82,24 +82,24 @@ class PatchPoolConfig:
 
 @dataclass(frozen=True)
 class PublicDataConfig:
-    source: str = spec("none", doc="Where public data come from: none | train_split (spec/feded.md §4.2) | "
-                                   "dataset (another dataset, spec/mnfl.md §4, spec/fedaux.md §6.1) | image "
-                                   "(single source image, spec/single_image.md §2.3).", choices=PUBLIC_SOURCES)
+    source: str = spec("none", doc="Where public data come from: none | train_split (docs/methods/feded.md §4.2) | "
+                                   "dataset (another dataset, docs/methods/mnfl.md §4, docs/methods/fedaux.md §6.1) | image "
+                                   "(single source image, docs/methods/single_image.md §2.3).", choices=PUBLIC_SOURCES)
     split: str = spec("first_half", doc="first_half: the pool is the first ⌊fraction·N⌋ training indices and "
                                         "size n takes its first n, nested and the same for every seed "
-                                        "(spec/feded.md §4.2); random: a seeded permutation. With source "
+                                        "(docs/methods/feded.md §4.2); random: a seeded permutation. With source "
                                         "dataset: the first n of that dataset, or a seeded random n.",
                       choices=PUBLIC_SPLITS)
     size: Optional[int] = spec(None, doc="|D_0|, the number of public samples; null = the whole pool. Source image: "
                                          f"N_pool, the number of crops; null = {DEFAULT_POOL_SIZE} (the paper's "
-                                         "main pool, spec/single_image.md §2.4); at most the photo's pixel count "
+                                         "main pool, docs/methods/single_image.md §2.4); at most the photo's pixel count "
                                          "H·W.", ge=1)
     fraction: float = spec(0.5, doc="train_split: share of the training set that becomes the pool (1/2 in "
-                                    "spec/feded.md §4.2).", gt=0, lt=1)
+                                    "docs/methods/feded.md §4.2).", gt=0, lt=1)
     dataset: Optional[str] = spec(None, doc="source dataset: the public dataset's name (e.g. stl10, cifar100, "
                                             "mnist, svhn); see platform.data.DATASETS.")
     dataset_split: str = spec("train", doc="source dataset: which of its splits: train | test | train+test "
-                                           "(CIFAR-100 in spec/fedaux.md §6.1) | unlabeled (STL-10) | extra "
+                                           "(CIFAR-100 in docs/methods/fedaux.md §6.1) | unlabeled (STL-10) | extra "
                                            "(SVHN).", choices=PUBLIC_DATASET_SPLITS)
     root: Optional[str] = spec(None, doc="source dataset: its data root; null = dataset.root.")
     image: str = spec("china", doc="source image: the photo the crops are cut from, a name (" + "; ".join(
@@ -109,9 +109,9 @@ class PublicDataConfig:
     seed: Optional[int] = spec(None, doc="source image: the crop pool's seed; null = the shared data's seed (the "
                                          "base config's partition stream). The pool is shared data, the same for "
                                          "every replicate seed of a sweep; the paper seeded it with each run's "
-                                         "seed (42/84, spec/single_image.md §2.2), a deliberate deviation.", ge=0)
+                                         "seed (42/84, docs/methods/single_image.md §2.2), a deliberate deviation.", ge=0)
     patches: PatchPoolConfig = spec(factory=PatchPoolConfig, doc="source image: the crop transforms "
-                                                                 "(spec/single_image.md §2.2, official defaults).")
+                                                                 "(docs/methods/single_image.md §2.2, official defaults).")
 
     def __post_init__(self):
         # A path is kept absolute, so a run that later changes directory (a Ray job, a Tune trial) finds it.
@@ -142,10 +142,10 @@ class PublicDataConfig:
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    """Self-supervised pre-training of h_0 on the public data (spec/fedaux.md §3.2 P1; see platform.runtime.pretrain)."""
+    """Self-supervised pre-training of h_0 on the public data (docs/methods/fedaux.md §3.2 P1; see platform.runtime.pretrain)."""
 
     method: str = spec("none", doc="none, or simclr: SimCLR pre-training of every architecture's feature extractor "
-                                   "on the public data (spec/fedaux.md §3.2 P1); FedAvg+P / FedDF+P / FedAUX.",
+                                   "on the public data (docs/methods/fedaux.md §3.2 P1); FedAvg+P / FedDF+P / FedAUX.",
                        choices=PRETRAIN_METHODS)
     epochs: int = spec(50, doc="Pre-training epochs over the public pool; the reference code ran 100 (spec §5). "
                                "50 keeps the embedded default (digits32) at about a minute on 2 busy CPUs.", ge=1)

@@ -30,7 +30,7 @@ class ReferenceValue:
 
 @dataclass(frozen=True)
 class Reference:
-    source: str  # where the numbers come from, e.g. "shared/spec/feded.md §7.1, Table 4.1"
+    source: str  # where the numbers come from, e.g. "docs/methods/feded.md §7.1, Table 4.1"
     note: str  # how the paper's setting differs from ours (dataset, model, scale)
     values: tuple  # ReferenceValue, ...
 

@@ -13,7 +13,7 @@ import typing
 from typing import Any, Literal, Union
 
 from algorithms.common.params import spec  # noqa: F401  (re-exported: platform.config.schema.spec)
-from platform.errors import ConfigError
+from platform.errors import ConfigError, did_you_mean
 
 
 def _type_name(tp: Any) -> str:
@@ -42,7 +42,8 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
     if origin is Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
-            raise ConfigError(path, f"unknown value {value!r}; allowed: {', '.join(map(str, allowed))}")
+            raise ConfigError(path, f"unknown value {value!r}{did_you_mean(value, allowed)}; allowed: "
+                                    f"{', '.join(map(str, allowed))}")
         return value
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
@@ -85,7 +86,8 @@ def _check_rules(value: Any, rules: dict, path: str) -> None:
             allowed = " (or .inf)" if rules.get("allow_inf") else ""
             raise ConfigError(path, f"must be a finite number{allowed}, got {value!r}")
     if "choices" in rules and value not in rules["choices"]:
-        raise ConfigError(path, f"unknown value {value!r}; allowed: {', '.join(map(str, rules['choices']))}")
+        raise ConfigError(path, f"unknown value {value!r}{did_you_mean(value, rules['choices'])}; allowed: "
+                                f"{', '.join(map(str, rules['choices']))}")
     if "gt" in rules and not value > rules["gt"]:
         raise ConfigError(path, f"must be > {rules['gt']}, got {value!r}")
     if "ge" in rules and not value >= rules["ge"]:
@@ -112,7 +114,8 @@ def build(cls: type, data: Any, path: str = ""):
     unknown = sorted(set(data) - set(fields))
     if unknown:
         where = f"{path}.{unknown[0]}" if path else str(unknown[0])
-        raise ConfigError(where, f"unknown key; allowed in {path or 'the config'}: {', '.join(fields)}")
+        raise ConfigError(where, f"unknown key{did_you_mean(unknown[0], fields)}; allowed in {path or 'the config'}: "
+                                 f"{', '.join(fields)}")
     kwargs = {}
     for name, field in fields.items():
         sub = f"{path}.{name}" if path else name

@@ -43,7 +43,7 @@ Reference values: an optional top-level ``reference:`` block holds the paper's n
 to ours by ``python -m platform.report`` (see :mod:`platform.config.reference`)::
 
     reference:
-      source: "shared/spec/feded.md §7.1, Table 4.1"
+      source: "docs/methods/feded.md §7.1, Table 4.1"
       note: "MNIST, CNN clients; ours is embedded digits"
       values:
         - {label: FedED-w2, arm: {algorithm.beta: 6}, scenario: {partition.alpha: 10.0}, metric: test_accuracy,
@@ -132,7 +132,7 @@ class SchedulerConfig:
     reduction_factor: float = spec(2.0, doc="ASHA: keep 1/reduction_factor of trials at each rung.", gt=1)
     burnin_margin: int = spec(10, doc="ASHA: rounds after a method's burn-in (FedPA, FedKPPA, SGLD) before a "
                                       "trial may be stopped; grace_period must be >= burn-in + margin "
-                                      "(spec/fedkp_fedpa.md §13 recommends 100 at full scale).", ge=0)
+                                      "(docs/methods/fedkp_fedpa.md §13 recommends 100 at full scale).", ge=0)
 
 
 @dataclass(frozen=True)

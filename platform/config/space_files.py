@@ -10,6 +10,7 @@ import re
 from typing import Any, Optional
 
 from platform.config.presets import Preset, apply_preset, check_citations, parse_presets, select_preset
+from platform import errors
 from platform.errors import ConfigError, UserError
 
 # This module imports no torch (nor the config schema, which does): a command finds and reads its space, checks its
@@ -96,10 +97,7 @@ def find_search_space(name: str) -> str:
 def did_you_mean(name: str) -> str:
     """``" (did you mean 'fedkp_bandwidth'?)"`` for the closest search-space name to a mistyped ``name`` ("" when
     none is close)."""
-    import difflib
-
-    close = difflib.get_close_matches(name, available_search_spaces(), n=1, cutoff=0.75)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return errors.did_you_mean(name, available_search_spaces())
 
 
 SECTIONS = ("description", "caveat", "base", "parameters", "search", "resources", "scenarios", "reference", "presets",
@@ -118,7 +116,8 @@ def read_search_space(name: str, preset: Optional[str] = None) -> tuple[str, dic
         raise ConfigError("", f"{path}: a search space must be a mapping with {', '.join(SECTIONS)}")
     unknown = [k for k in raw if k not in SECTIONS]
     if unknown:
-        raise ConfigError(unknown[0], f"unknown section in {path}; allowed: {', '.join(SECTIONS)}")
+        raise ConfigError(unknown[0], f"unknown section in {path}{errors.did_you_mean(unknown[0], SECTIONS)}; allowed: "
+                                      f"{', '.join(SECTIONS)}")
     minutes = raw.get("default_minutes")
     if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, (int, float))
                                 or not math.isfinite(minutes) or minutes <= 0):

@@ -110,7 +110,7 @@ def check_asha(configs: list, scheduler) -> None:
                           f"must be >= burn-in + burnin_margin = {burn_in} + {scheduler.burnin_margin} "
                           f"= {burn_in + scheduler.burnin_margin} ({worst.algorithm.name} burns in for up to "
                           f"{burn_in} rounds); ASHA must not stop a trial before the method's gain can appear "
-                          f"(spec/fedkp_fedpa.md §13), got {scheduler.grace_period}")
+                          f"(docs/methods/fedkp_fedpa.md §13), got {scheduler.grace_period}")
     _check_rungs_comparable(configs, scheduler)
 
 
@@ -123,7 +123,7 @@ def asha_rungs(grace_period: int, reduction_factor: float, max_t: int) -> list[f
 
 def _check_rungs_comparable(configs: list, scheduler) -> None:
     """Every ASHA rung must fall on a round where every configuration tried may be compared
-    (``Algorithm.comparable_round``: the single-image method's FedAvg-init rounds, spec/single_image.md §9)."""
+    (``Algorithm.comparable_round``: the single-image method's FedAvg-init rounds, docs/methods/single_image.md §9)."""
     from algorithms import resolve_algorithm
 
     for config in configs:
@@ -136,6 +136,6 @@ def _check_rungs_comparable(configs: list, scheduler) -> None:
                                   f"ASHA would compare trials at round {rung:g}, where {config.algorithm.name} "
                                   f"trials are not comparable (with fedavg_init_every = "
                                   f"{getattr(config.algorithm.params, 'fedavg_init_every', '?')} accuracy jumps "
-                                  f"on FedAvg-init rounds r ≡ 0 mod P, spec/single_image.md §9); use a grace_period "
+                                  f"on FedAvg-init rounds r ≡ 0 mod P, docs/methods/single_image.md §9); use a grace_period "
                                   f"that is a multiple of P and an integer reduction_factor, got grace_period "
                                   f"{scheduler.grace_period}, reduction_factor {scheduler.reduction_factor:g}")

@@ -12,7 +12,7 @@ Embedded (always available):
   CIFAR-shaped models can be smoke-tested without a download (not in any spec).
 - ``synthetic``: the Synthetic(α, β) generator of the FedProx paper (Li et al. 2020), also shipped by LEAF.
 - ``sample_image``: scikit-learn's bundled photos, the *source image* of the single-image method
-  (spec/single_image.md §2.3). Not a labelled dataset: :func:`load_source_image` reads it and the public
+  (docs/methods/single_image.md §2.3). Not a labelled dataset: :func:`load_source_image` reads it and the public
   data layer (``platform.data.patch_pool_source``, ``public.source: image``) cuts the method's crop pool from it.
 
 Read with torchvision's own dataset classes from ``dataset.root`` (``download=dataset.download``):
@@ -35,7 +35,7 @@ import numpy as np
 from platform.config.public_data import SOURCE_IMAGES
 from platform.data.source_images import NOISE_IMAGE_SHAPE, load_source_image  # noqa: F401 - re-exported
 from platform.data.stand_in import generate_split
-from platform.errors import ConfigError
+from platform.errors import ConfigError, did_you_mean
 
 DIGITS_TEST_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 20_240_601  # fixed, independent of experiment seeds: the held-out test set never moves
@@ -77,19 +77,19 @@ class Normalization:
 
 
 NORMALIZATIONS: dict[str, Normalization] = {
-    "none": Normalization((), (), "no normalisation: pixels stay in [0, 1] (spec/fedkp_fedpa.md §7.2 MNIST)"),
-    "mnist": Normalization((0.1307,), (0.3081,), "MNIST mean/std; spec/feded.md §4.1 uses it for MNIST and EMNIST"),
+    "none": Normalization((), (), "no normalisation: pixels stay in [0, 1] (docs/methods/fedkp_fedpa.md §7.2 MNIST)"),
+    "mnist": Normalization((0.1307,), (0.3081,), "MNIST mean/std; docs/methods/feded.md §4.1 uses it for MNIST and EMNIST"),
     "fashion_mnist": Normalization((0.2860,), (0.3530,), "Fashion-MNIST mean/std (no spec states one)"),
     "imagenet": Normalization((0.485, 0.456, 0.406), (0.229, 0.224, 0.225),
-                              "ImageNet mean/std; spec/feded.md §4.1 uses it for CIFAR-10"),
+                              "ImageNet mean/std; docs/methods/feded.md §4.1 uses it for CIFAR-10"),
     "cifar10": Normalization((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010),
-                             "the usual CIFAR-10 mean/std (spec/fedaux.md §6.1, spec/single_image.md §2.2)"),
+                             "the usual CIFAR-10 mean/std (docs/methods/fedaux.md §6.1, docs/methods/single_image.md §2.2)"),
     "cifar100": Normalization((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761),
-                              "CIFAR-100 mean/std of spec/single_image.md §2.2"),
+                              "CIFAR-100 mean/std of docs/methods/single_image.md §2.2"),
     "cifar100_fedkp": Normalization((0.5071, 0.4865, 0.4409), (0.1642, 0.1496, 0.1728),
-                                    "CIFAR-100 mean/std exactly as the FedKP code (spec/fedkp_fedpa.md §8.2)"),
+                                    "CIFAR-100 mean/std exactly as the FedKP code (docs/methods/fedkp_fedpa.md §8.2)"),
     "half": Normalization((0.5,), (0.5,), "mean 0.5, std 0.5: maps [0, 1] to [-1, 1] (MedMNIST in "
-                                          "spec/single_image.md §2.2)"),
+                                          "docs/methods/single_image.md §2.2)"),
 }
 
 
@@ -114,7 +114,7 @@ def _normalise_in_place(x: np.ndarray, norm: Normalization) -> np.ndarray:
 def normalize(x: np.ndarray, dataset_cfg) -> np.ndarray:
     """A normalised float32 copy of images ``x`` (N×C×H×W in [0, 1]) with ``dataset_cfg``'s normalisation, for
     methods that build their own public pool (single-image crops are normalised with the *private* dataset's
-    statistics, spec/single_image.md §2.2)."""
+    statistics, docs/methods/single_image.md §2.2)."""
     out = np.array(x, dtype=np.float32, copy=True, order="C")
     return _normalise_in_place(out, NORMALIZATIONS[normalization_name(dataset_cfg)])
 
@@ -128,7 +128,7 @@ def to_float_images(x: np.ndarray, size: Optional[tuple[int, int]] = None,
     """uint8 (or [0, 1] float) N×C×H×W -> contiguous float32 in [0, 1], resized and re-channelled if asked.
 
     Resizing is bilinear with antialiasing (torch ``interpolate``), e.g. STL-10's 96×96 to CIFAR's 32×32
-    (spec/fedaux.md §6.1 [code]). 1 -> 3 channels repeats the grey channel; 3 -> 1 takes ITU-R 601 luma
+    (docs/methods/fedaux.md §6.1 [code]). 1 -> 3 channels repeats the grey channel; 3 -> 1 takes ITU-R 601 luma
     (0.299, 0.587, 0.114), as PIL's ``convert("L")``. Work goes in chunks so a 100k-image uint8 array never
     exists as float all at once before resizing.
     """
@@ -332,7 +332,7 @@ def _load_sample_image(cfg):
 
 
 _SOURCE_IMAGE_MESSAGE = ("sample_image is a source image for public data (the single-image method, "
-                         "spec/single_image.md), not a labelled dataset; use public.source: image with "
+                         "docs/methods/single_image.md), not a labelled dataset; use public.source: image with "
                          f"public.image: one of {', '.join(SOURCE_IMAGES)} or the path of an image file")
 
 
@@ -354,7 +354,7 @@ def _read_mnist_like(cls_name: str, num_classes: int):
 
 EMNIST_SPLITS: dict[str, int] = {"letters": 26, "balanced": 47, "byclass": 62, "bymerge": 47, "digits": 10,
                                  "mnist": 10}
-EMNIST_DEFAULT_SPLIT = "letters"  # spec/feded.md §4.1; spec/mnfl.md §10 item 22
+EMNIST_DEFAULT_SPLIT = "letters"  # docs/methods/feded.md §4.1; docs/methods/mnfl.md §10 item 22
 
 
 def _emnist_split(cfg) -> str:
@@ -363,12 +363,12 @@ def _emnist_split(cfg) -> str:
 
 
 def _read_emnist(root, split, download, cfg=None) -> RawSplit:
-    """EMNIST through torchvision. ``letters`` labels 1..26 become 0..25 (spec/feded.md §4.1 [code]).
+    """EMNIST through torchvision. ``letters`` labels 1..26 become 0..25 (docs/methods/feded.md §4.1 [code]).
 
     torchvision returns the images as stored in the EMNIST files, i.e. transposed relative to MNIST. We keep
-    that by default (what plain torchvision gives; spec/feded.md §4.1 lists no transpose, and a CNN trained
+    that by default (what plain torchvision gives; docs/methods/feded.md §4.1 lists no transpose, and a CNN trained
     and tested on one orientation does not care) unless ``dataset.emnist_upright`` asks for MNIST's
-    orientation, which matters when MNIST is EMNIST's public data (spec/mnfl.md §4).
+    orientation, which matters when MNIST is EMNIST's public data (docs/methods/mnfl.md §4).
     """
     variant = _emnist_split(cfg)
     ds = _tv("EMNIST")(root=root, split=variant, train=(split == "train"), download=download)
@@ -510,7 +510,8 @@ _SYNTHETIC_FIELDS = ("synthetic_alpha", "synthetic_beta", "synthetic_clients", "
 def validate_dataset_config(cfg, path: str) -> None:
     """Cross-field rules of ``DatasetConfig`` (called from its ``validate``)."""
     if cfg.name not in DATASETS:
-        raise ConfigError(f"{path}.name", f"unknown dataset {cfg.name!r}; allowed: {', '.join(DATASETS)}")
+        raise ConfigError(f"{path}.name", f"unknown dataset {cfg.name!r}{did_you_mean(cfg.name, DATASETS)}; "
+                                          f"allowed: {', '.join(DATASETS)}")
     spec = DATASETS[cfg.name]
     if spec.source_image:
         raise ConfigError(f"{path}.name", _SOURCE_IMAGE_MESSAGE)

@@ -1,7 +1,7 @@
 """Partitions of a labelled training set over K clients. Each returns one index array per client.
 
 All partitions are seeded, deterministic, and disjoint. ``dirichlet`` and ``iid`` use ``np.random.RandomState``
-because the reference code (spec/feded.md §4.2) draws from NumPy's legacy global generator; we keep its procedure
+because the reference code (docs/methods/feded.md §4.2) draws from NumPy's legacy global generator; we keep its procedure
 and generator type but give it its own seed (the partition stream), so no other randomness shifts it.
 
 The other partitions claim no bit-exactness with any authors' code, so they use ``np.random.Generator``
@@ -13,14 +13,14 @@ draw underflows, which happens at α = 0.001 with ten classes). Where a kind can
 Kinds and their specs:
 
 - ``iid``: uniform split into near-equal shards.
-- ``dirichlet``: Hsu et al. label skew, spec/feded.md §4.2; with ``equal_sizes`` FedAUX's Sinkhorn-balanced
-  variant with equal client sizes, spec/fedaux.md §6.1.
-- ``lda``: per-client Dir(α) label proportions, sampled without replacement, spec/fedkp_fedpa.md §7.1 (Alg. 7)
+- ``dirichlet``: Hsu et al. label skew, docs/methods/feded.md §4.2; with ``equal_sizes`` FedAUX's Sinkhorn-balanced
+  variant with equal client sizes, docs/methods/fedaux.md §6.1.
+- ``lda``: per-client Dir(α) label proportions, sampled without replacement, docs/methods/fedkp_fedpa.md §7.1 (Alg. 7)
   with the pool of §7.2.
-- ``hierarchical_lda``: coarse/fine (CIFAR-100) LDA of spec/fedkp_fedpa.md §7.4.
-- ``classes_per_client``: exactly k classes per client, MNFL Non-IID_1 (spec/mnfl.md §4, §10 #20).
-- ``unequal_classes``: every client holds every class in unequal counts, MNFL Non-IID_2 (spec/mnfl.md §4, §10 #19).
-- ``natural``: one client per natural group (LEAF writers), spec/fedkp_fedpa.md §7.3.
+- ``hierarchical_lda``: coarse/fine (CIFAR-100) LDA of docs/methods/fedkp_fedpa.md §7.4.
+- ``classes_per_client``: exactly k classes per client, MNFL Non-IID_1 (docs/methods/mnfl.md §4, §10 #20).
+- ``unequal_classes``: every client holds every class in unequal counts, MNFL Non-IID_2 (docs/methods/mnfl.md §4, §10 #19).
+- ``natural``: one client per natural group (LEAF writers), docs/methods/fedkp_fedpa.md §7.3.
 """
 from __future__ import annotations
 
@@ -28,14 +28,14 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from platform.errors import ConfigError
+from platform.errors import ConfigError, did_you_mean
 
 _MAX_DIRICHLET_REDRAWS = 10_000
 
 
 def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float, seed: int,
                         min_share: float = 0.01) -> list[np.ndarray]:
-    """Label-skew split of Hsu et al. (2019), exactly as spec/feded.md §4.2 [code].
+    """Label-skew split of Hsu et al. (2019), exactly as docs/methods/feded.md §4.2 [code].
 
     Draw P ~ Dir_K(α) per class (shape C×K), redrawn until every client's summed share over classes
     exceeds ``min_share``. For class c, client k takes floor(P[c,k]·N^c) of the *remaining* class-c
@@ -75,7 +75,7 @@ def iid_partition(labels: np.ndarray, num_clients: int, seed: int) -> list[np.nd
     return [np.asarray(s) for s in np.array_split(order, num_clients)]
 
 
-_SINKHORN_MAX_ITERS = 1000  # spec/fedaux.md §6.1 [code]: "≤1000 iterations"
+_SINKHORN_MAX_ITERS = 1000  # docs/methods/fedaux.md §6.1 [code]: "≤1000 iterations"
 _SINKHORN_TOL = 1e-10
 
 
@@ -85,7 +85,7 @@ def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
 
 
 def dirichlet_equal_partition(labels: np.ndarray, num_clients: int, alpha: float, seed: int) -> list[np.ndarray]:
-    """Dirichlet label skew with equal client sizes, as FedAUX uses it (spec/fedaux.md §6.1 [code]).
+    """Dirichlet label skew with equal client sizes, as FedAUX uses it (docs/methods/fedaux.md §6.1 [code]).
 
     Draw a C×K matrix whose rows are Dir_K(α); Sinkhorn-normalise it alternately (columns, then rows; at most
     1000 iterations) so that every client receives the same number of samples; then split each class's
@@ -125,7 +125,7 @@ def _effective(p: np.ndarray, quirk: bool) -> np.ndarray:
     """Category probabilities of a (possibly shrunken) proportion vector.
 
     Properly renormalised by default. ``quirk`` reproduces the authors' no-op ``_renormalize``
-    (spec/fedkp_fedpa.md §7.1 [code], §12 A15): the vector is left unnormalised and ``np.random.multinomial``
+    (docs/methods/fedkp_fedpa.md §7.1 [code], §12 A15): the vector is left unnormalised and ``np.random.multinomial``
     hands the missing mass to the last remaining entry.
     """
     if quirk:
@@ -140,7 +140,7 @@ def _effective(p: np.ndarray, quirk: bool) -> np.ndarray:
 
 def _lda_pool(labels: np.ndarray, num_clients: int, samples_per_client: Optional[int],
               rng: np.random.Generator) -> tuple[np.ndarray, int]:
-    """The sample pool of size exactly M·N that Alg. 7 draws from (spec/fedkp_fedpa.md §7.1, §7.2).
+    """The sample pool of size exactly M·N that Alg. 7 draws from (docs/methods/fedkp_fedpa.md §7.1, §7.2).
 
     Default (``samples_per_client`` unset): §7.2's rule, which also gives §7.4's "all 50,000, 100 per client"
     on CIFAR-100: trim every class to T = ⌊min_c N^c / M⌋·M samples (a seeded random subset; the digest does
@@ -152,7 +152,7 @@ def _lda_pool(labels: np.ndarray, num_clients: int, samples_per_client: Optional
         per_class = (int(sizes.min()) // num_clients) * num_clients
         if per_class == 0:
             raise ConfigError("partition.samples_per_client",
-                              f"the class-balanced pool (spec/fedkp_fedpa.md §7.2) is empty: the rarest class has "
+                              f"the class-balanced pool (docs/methods/fedkp_fedpa.md §7.2) is empty: the rarest class has "
                               f"{int(sizes.min())} samples, fewer than the {num_clients} clients; set "
                               f"partition.samples_per_client (1..{len(labels) // num_clients})")
         pool = np.concatenate([rng.permutation(np.flatnonzero(labels == c))[:per_class] for c in classes])
@@ -280,7 +280,7 @@ def _nested_lda(labels: np.ndarray, pool: np.ndarray, per_client: int, num_clien
 
 def lda_partition(labels: np.ndarray, num_clients: int, alpha: float, seed: int,
                   samples_per_client: Optional[int] = None, quirk_compat: bool = False) -> list[np.ndarray]:
-    """LDA label skew, spec/fedkp_fedpa.md §7.1 (Alg. 7), with the pool of §7.2.
+    """LDA label skew, docs/methods/fedkp_fedpa.md §7.1 (Alg. 7), with the pool of §7.2.
 
     For m = 1..M: p ~ Dir(α·1) over the labels that still have samples; N times draw y ~ Cat(p) and pop a
     uniformly random remaining image of class y; when class y runs out, drop it from p and renormalise.
@@ -315,7 +315,7 @@ def fine_to_coarse(labels: np.ndarray, coarse_labels: np.ndarray) -> dict[int, i
 def hierarchical_lda_partition(labels: np.ndarray, coarse_labels: np.ndarray, num_clients: int, alpha: float,
                                beta: float, seed: int, samples_per_client: Optional[int] = None,
                                quirk_compat: bool = False) -> list[np.ndarray]:
-    """Hierarchical LDA over coarse/fine labels (Reddi et al.), spec/fedkp_fedpa.md §7.4.
+    """Hierarchical LDA over coarse/fine labels (Reddi et al.), docs/methods/fedkp_fedpa.md §7.4.
 
     Per client: θ_r ~ Dir(α) over the coarse labels with samples left; for each of them θ_c ~ Dir(β) over its
     fine labels with samples left. Each of the N samples draws c ~ Cat(θ_r), f ~ Cat(θ_c) and pops a random
@@ -335,7 +335,7 @@ def hierarchical_lda_partition(labels: np.ndarray, coarse_labels: np.ndarray, nu
 
 
 def classes_per_client_partition(labels: np.ndarray, num_clients: int, k: int, seed: int) -> list[np.ndarray]:
-    """Exactly k distinct classes per client: MNFL's Non-IID_1 (spec/mnfl.md §4, k = 2; §10 #20).
+    """Exactly k distinct classes per client: MNFL's Non-IID_1 (docs/methods/mnfl.md §4, k = 2; §10 #20).
 
     §10 #20 recommends McMahan-style shards, "each client 2 shards with distinct labels". McMahan's
     sort-and-cut shards can straddle two classes or give a client two shards of one class, so we cut shards
@@ -372,7 +372,7 @@ def classes_per_client_partition(labels: np.ndarray, num_clients: int, k: int, s
 
 def unequal_classes_partition(labels: np.ndarray, num_clients: int, alpha: float, seed: int,
                               min_per_class: int = 5) -> list[np.ndarray]:
-    """Every class on every client, in counts that differ between clients: MNFL's Non-IID_2 (spec/mnfl.md §4).
+    """Every class on every client, in counts that differ between clients: MNFL's Non-IID_2 (docs/methods/mnfl.md §4).
 
     The paper's generator (Appendix B) is missing; this follows the digest's resolution (§10 #19): per class,
     give each client ``min_per_class`` samples (5), then split the rest of the class over clients by
@@ -398,7 +398,7 @@ def unequal_classes_partition(labels: np.ndarray, num_clients: int, alpha: float
 
 
 def natural_partition(groups: Optional[np.ndarray], num_clients: int, seed: int) -> list[np.ndarray]:
-    """One client per natural group (LEAF writers: EMNIST-62 / FEMNIST, spec/fedkp_fedpa.md §7.3).
+    """One client per natural group (LEAF writers: EMNIST-62 / FEMNIST, docs/methods/fedkp_fedpa.md §7.3).
 
     K = number of groups: client i is the i-th group in sorted group-id order (seed-independent). K < groups:
     a seeded uniform sample of K groups without replacement (§8.3 / A10 run all ≈3,550 writers; subsampling is
@@ -452,7 +452,8 @@ def _required_k(cfg) -> int:
 def partition_clients(labels: np.ndarray, cfg, num_clients: int, seed: int, groups: Optional[np.ndarray] = None,
                       coarse_labels: Optional[np.ndarray] = None) -> list[np.ndarray]:
     if cfg.kind not in PARTITIONS:
-        raise ConfigError("partition.kind", f"unknown partition {cfg.kind!r}; allowed: {', '.join(PARTITIONS)}")
+        raise ConfigError("partition.kind", f"unknown partition {cfg.kind!r}{did_you_mean(cfg.kind, PARTITIONS)}; "
+                                            f"allowed: {', '.join(PARTITIONS)}")
     if num_clients > len(labels):
         raise ConfigError("clients.num_clients", f"{num_clients} clients but only {len(labels)} training samples")
     return PARTITIONS[cfg.kind](labels, cfg, num_clients, seed, groups, coarse_labels)

@@ -1,22 +1,22 @@
 """Public (auxiliary, unlabelled) data for the distillation methods: FedED, MNFL, FedDF/FedAUX, single image.
 
 ``split_public(train, cfg, seed, dataset_cfg, cache=None) -> (local_train, public_x)``. Public *labels are never
-returned*: the methods only ever see inputs (spec/feded.md §4.2 "auxiliary labels are never used";
-spec/mnfl.md §4 "labels are not required"; spec/fedaux.md §6.1 unlabelled STL-10).
+returned*: the methods only ever see inputs (docs/methods/feded.md §4.2 "auxiliary labels are never used";
+docs/methods/mnfl.md §4 "labels are not required"; docs/methods/fedaux.md §6.1 unlabelled STL-10).
 
 Sources (``public.source``):
 
 - ``none``: no public data; the training set is returned unchanged with an empty ``public_x``.
-- ``train_split``: carve the public pool out of the private training set (spec/feded.md §4.2):
+- ``train_split``: carve the public pool out of the private training set (docs/methods/feded.md §4.2):
   ``first_half`` puts training indices [0, ⌊fraction·N⌋) in the pool and [⌊fraction·N⌋, N) in the local pool
   (torchvision order, the same for every seed); ``random`` uses a seeded permutation instead. ``size = n``
   takes the first n of the pool, so pools are nested across sizes (and, for ``first_half``, across seeds).
 - ``dataset``: another dataset's images (MNIST for EMNIST/Fashion-MNIST and CIFAR-100 for CIFAR-10 in
-  spec/mnfl.md §4; STL-10 ``unlabeled``, CIFAR-100 train+test or SVHN for CIFAR-10 in spec/fedaux.md §6.1),
+  docs/methods/mnfl.md §4; STL-10 ``unlabeled``, CIFAR-100 train+test or SVHN for CIFAR-10 in docs/methods/fedaux.md §6.1),
   conformed to the private input shape (bilinear resize, channels repeated or converted to luma) and
   normalised with the *private* dataset's normalisation, since the same models consume both. ``size = n``
   takes the first n in the dataset's order (``first_half``) or a seeded random n (``random``).
-- ``image``: the single-image method's crop pool (spec/single_image.md §2): ``public_x`` holds ``size`` (N_pool,
+- ``image``: the single-image method's crop pool (docs/methods/single_image.md §2): ``public_x`` holds ``size`` (N_pool,
   default 50,000) seeded crops of one photo (``image``: a bundled name or a path to an image file), float32
   ``[N_pool, C, S, S]`` with ``S`` the private images' side, normalised with the *private* dataset's
   normalisation (spec §2.2, crops are normalised at load time with the private dataset's statistics) and in luma

@@ -1,4 +1,4 @@
-"""Client-sampling skew 𝒬 (spec/fedkp_fedpa.md §7.3): skewed per-round client selection.
+"""Client-sampling skew 𝒬 (docs/methods/fedkp_fedpa.md §7.3): skewed per-round client selection.
 
 EMNIST-62 keeps each writer's data distribution 𝒫_i fixed and makes the federation heterogeneous through *which*
 clients take part: client probabilities π ~ Dir(α·1_K) are drawn once, and every round draws ``per_round``

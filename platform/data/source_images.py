@@ -1,4 +1,4 @@
-"""The single-image method's bundled source images (spec/single_image.md §2.3), as float32 3×H×W in [0, 1].
+"""The single-image method's bundled source images (docs/methods/single_image.md §2.3), as float32 3×H×W in [0, 1].
 
 - ``china``, ``flower``: scikit-learn's sample photos. The paper's street and pathology photos are not available
   offline (not bundled, no download), so these stand in (deviation: different content, 427×640 ≈ 0.27 M pixels
@@ -21,7 +21,7 @@ from platform.config.public_data import SOURCE_IMAGES
 from platform.errors import ConfigError
 
 NOISE_IMAGE_SEED = 20_240_612
-NOISE_IMAGE_SHAPE = (1920, 2560)  # H×W of the paper's street image (spec/single_image.md §2.3)
+NOISE_IMAGE_SHAPE = (1920, 2560)  # H×W of the paper's street image (docs/methods/single_image.md §2.3)
 STROKES_IMAGE_SEED = 20_261_128
 STROKES_IMAGE_SHAPE = (768, 1024)  # 0.79 M pixels: room for the paper's 50k-crop pool (one crop per pixel at most)
 _STROKE_CELL = 192  # one shape (1-3 strokes) per cell of this side, about what a median crop shows

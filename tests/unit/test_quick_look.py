@@ -266,6 +266,42 @@ def test_a_mistyped_space_name_gets_the_close_match_from_platform_run():
                                      "'fedkp_bandwidth'?); search spaces: fedaux_dp, ")
 
 
+def test_platform_run_answers_a_mistyped_name_before_importing_torch():
+    """The name is checked before the config (which imports torch) is loaded: the answer is immediate."""
+    code = ("import sys; from platform.run import resolve_config\n"
+            "try:\n    resolve_config('fedkp_bandwith', [])\nexcept Exception as e:\n    print(type(e).__name__)\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["UserError", "False"]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("clients.lrr=0.1", "clients.lrr: unknown key (did you mean 'lr'?); allowed in clients: "),
+    ("algorithm.name=fedprx", "algorithm.name: unknown algorithm 'fedprx' (did you mean 'fedprox'?); allowed: "),
+    ("algorithm.nam=fedprox", "algorithm.nam: unknown key for algorithm 'fedavg' (did you mean 'name'?); allowed: "),
+    ("model.name=cnnn", "model.name: unknown model 'cnnn' (did you mean 'cnn'?); allowed: "),
+    ("dataset.name=mnits", "dataset.name: unknown dataset 'mnits' (did you mean 'mnist'?); allowed: "),
+    ("partition.kind=dirichlett", "partition.kind: unknown partition 'dirichlett' (did you mean 'dirichlet'?); "),
+    ("clients.optimizer=sgdd", "clients.optimizer: unknown value 'sgdd' (did you mean 'sgd'?); allowed: sgd, adam"),
+    ("clients.lr_schedule_x=1", "clients.lr_schedule_x: unknown key; allowed in clients: "),  # nothing close
+])
+def test_a_mistyped_key_or_value_names_the_close_match(override, message):
+    from platform.config.experiment import parse_overrides
+    from platform.config.search_space import load_search_space
+
+    with pytest.raises(ConfigError) as err:
+        load_search_space("smoke", overrides=parse_overrides([override]))
+    assert str(err.value).startswith(message)
+
+
+def test_a_mistyped_preset_names_the_close_match():
+    from platform.config.search_space import load_search_space
+
+    with pytest.raises(ConfigError) as err:
+        load_search_space("fedkp_bandwidth", preset="papr")
+    assert err.value.field == "--preset" and "(did you mean 'paper'?); allowed: paper" in str(err.value)
+
+
 def test_list_uses_a_wide_terminals_width(tmp_path, monkeypatch, capsys):
     from platform.sweep.command import main
 
