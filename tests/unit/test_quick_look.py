@@ -288,9 +288,10 @@ def test_platform_run_answers_a_mistyped_name_before_importing_torch():
 def test_a_mistyped_key_or_value_names_the_close_match(override, message):
     from platform.config.experiment import parse_overrides
     from platform.config.search_space import load_search_space
+    from platform.preflight import check_settings
 
     with pytest.raises(ConfigError) as err:
-        load_search_space("smoke", overrides=parse_overrides([override]))
+        load_search_space("smoke", overrides=parse_overrides([override]), check=check_settings)
     assert str(err.value).startswith(message)
 
 
