@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import threading
+import warnings
 from typing import Callable, Optional
 
 from platform.errors import UserError
@@ -101,6 +102,9 @@ def quiet_libraries() -> None:
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "0")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    # a line Ray forwards from a worker or the raylet comes without colour codes: among the sweep's own lines, and
+    # in a log file, "\x1b[33m(raylet)\x1b[0m" is noise
+    os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     for name in ("ray", "ray.tune", "ray.train", "mlflow", "alembic", "optuna"):
         logging.getLogger(name).setLevel(logging.WARNING)
     # ray.init's notice that a new local instance uses token authentication (Ray's default): not a warning about
@@ -109,6 +113,11 @@ def quiet_libraries() -> None:
     # Tune's TensorBoard logger warns "NaN or Inf found in input tensor." for every infinite result: ε = ∞ (the
     # non-private arm of a DP sweep) is a value, and a NaN is reported by the sweep itself (status diverged).
     logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
+    # --resume: Tune replays a restored trial's results to the Optuna searcher, which already stored those steps and
+    # says so once a step ("The reported value is ignored because this `step=1` is already reported."); the value
+    # it keeps is the same one, so the line says nothing to the user
+    warnings.filterwarnings("ignore", message=r"The reported value is ignored because this `step=\d+` is already "
+                                              r"reported", category=UserWarning)
 
 
 def leave_ray_job_working_dir(home: str) -> None:
