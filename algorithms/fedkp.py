@@ -45,7 +45,7 @@ Deviations from the digest and choices (each documented alternative is a config 
 - ``cluster_mode`` defaults to ``independent``: Alg. 10 as written, the digest's resolution of §12 A4. The
   authors' code shifts each client's row of W in place, so later clients see a partly collapsed sample.
   ``sequential_inplace`` reproduces that, with the bandwidths of the original W. The in-place behaviour is
-  verified (issue 16): on identical inputs ``sequential_inplace`` matches the thesis code to 2e-16, while
+  verified: on identical inputs ``sequential_inplace`` matches the thesis code to 2e-16, while
   ``independent`` differs from it on 58–87 % of coordinates, by up to 2 bandwidths. The thesis's FedKP_cm
   results therefore come from the in-place variant. Reproduction runs, and the thesis arm of
   ``search_spaces/fedkp_bandwidth.yaml``, use ``cluster_mode: sequential_inplace``. The default stays

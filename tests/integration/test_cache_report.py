@@ -1,4 +1,4 @@
-"""A corrupt stage-cache entry read inside a trial (issue 34, item 8): it was reported only in the Ray worker's own
+"""A corrupt stage-cache entry read inside a trial: it was reported only in the Ray worker's own
 stderr (a ``.err`` log no one reads). Now the driver's console shows one line naming the entry, and the trial's MLflow
 run carries it (tag ``fedsweep.cache_corrupt``, metric ``cache_corrupt_entries``); the entry is recomputed, the
 trial completes, and no run is left RUNNING. Real Ray, real MLflow (SQLite), a real damaged file."""

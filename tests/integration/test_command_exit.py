@@ -67,7 +67,7 @@ def test_a_run_leaves_its_local_ray_to_the_reaper_with_its_mlflow_run_closed(tmp
 
 
 def test_a_refused_config_ends_before_ray_starts_and_leaves_nothing(tmp_path):
-    """Every load-time check runs before Ray starts (issue 33): a bad --set value starts no Ray process at all."""
+    """Every load-time check runs before Ray starts: a bad --set value starts no Ray process at all."""
     done, seen = _run_watched(["smoke", "--set", "clients.lr=-1", "--address", "local"], cwd=str(tmp_path),
                               env={"MLFLOW_TRACKING_URI": "", "FEDSWEEP_HOME": str(tmp_path / "home")})
     assert done.returncode == 2, done.stderr

@@ -65,7 +65,7 @@ for name in names:
 
 
 def test_sweeps_publishing_their_views_together_both_keep_theirs(tmp_path):
-    """Two sweeps of one new space ending at the same moment (issue 34, item 6): both store their MLflow view and
+    """Two sweeps of one new space ending at the same moment: both store their MLflow view and
     print its link. MLflow reads an experiment tag, then inserts it, so the slower of two first writes of the
     experiment's kind tag failed ("UNIQUE constraint failed: experiment_tags") and that sweep lost its view. Real
     processes on a real store, released together on each of 30 new experiments."""

@@ -1,4 +1,4 @@
-"""The feded_beta search space asks one question (issue 16): FedED-w2's β on the thesis's grid, one study per
+"""The feded_beta search space asks one question: FedED-w2's β on the thesis's grid, one study per
 Dirichlet α, seeds 1–10 that also seed the partition, selected on val_accuracy; and a tiny copy of it, run with real
 Ray Tune, Optuna and MLflow, reports one best β per α."""
 
@@ -37,7 +37,7 @@ def test_feded_beta_loads_as_one_question():
         hp = config.algorithm.params
         assert config.partition.alpha == alpha and config.algorithm.name == "feded" and hp.beta == 3.0
         assert (hp.scheme, hp.loss, hp.public_size) == ("w2", "mse_logits", None)
-        # the student schedule scaled to digits (issue 16): lr 1e-3 for 2000 steps; the algorithm keeps the thesis's
+        # the student schedule scaled to digits: lr 1e-3 for 2000 steps; the algorithm keeps the thesis's
         assert (hp.student_lr, hp.student_steps) == (1e-3, 2000)
         assert FedEDHyperparams().student_lr is None and FedED(FedEDHyperparams()).student_lr() == 1e-5
         # FedED's client defaults are the thesis's; the base sets the digits scaling explicitly and it wins

@@ -147,7 +147,7 @@ def test_asha_with_two_metrics_is_refused(tmp_path):
 @pytest.mark.slow
 def test_fedaux_dp_epsilon_infinity_is_the_non_private_end_not_a_divergence(ray_local, tracking_uri, tmp_path,
                                                                            capsys):
-    """Issue 33: in a fedaux_dp sweep with ε ∈ {0.4, ∞} no trial is diverged; ε = ∞ is on the front as "∞" (± 0 over
+    """in a fedaux_dp sweep with ε ∈ {0.4, ∞} no trial is diverged; ε = ∞ is on the front as "∞" (± 0 over
     its seeds, not "inf ± nan"), and MLflow holds it as a tag "∞", not the metric 1.797e308. Shrunk: one λ, one
     round, no pre-training, 8 clients, 2 seeds."""
     from platform.sweep.command import main

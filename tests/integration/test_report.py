@@ -105,7 +105,7 @@ def test_report_on_a_real_sweep(ray_local, one_torch_thread, tracking_uri, tmp_p
 
 
 def _check_one_order(client, tracking_uri: str, parent, children: list, console: str, markdown: str) -> None:
-    """The console, the report and the MLflow view name the same best, in the same order (issue 32): the report's
+    """The console, the report and the MLflow view name the same best, in the same order: the report's
     best is the parent's best_trial_run_id with the console's lead line word for word, and the child runs' ``rank``
     metric (the view's sort key) is the report's ranking."""
     import json

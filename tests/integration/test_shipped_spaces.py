@@ -1,5 +1,5 @@
 """Every shipped search space loads and builds every configuration of every scenario cell; each sweep asks one
-question (issue 16): scenario keys never reach the sampler, selection is on val_accuracy, seeds are replicates;
+question: scenario keys never reach the sampler, selection is on val_accuracy, seeds are replicates;
 and a tiny copy of fedpa_shrinkage_burnin, run with real Ray Tune, Optuna and MLflow, reports one best ρ per
 burn-in."""
 import glob
@@ -110,7 +110,7 @@ def test_mnfl_rho_sweeps_rho_alone():
     assert (config.clients.local_epochs, config.clients.batch_size, config.clients.lr) == (20, 128, 0.01)
     assert config.clients.clients_per_round == config.clients.num_clients == 12  # blocks of 3 of 4 architectures
     assert (config.partition.kind, config.partition.alpha, config.partition.min_per_class) == ("unequal_classes", 0.5, 5)
-    assert config.partition.val_fraction == 0.2  # 13-20 images a client, 200 in all (issue 32; tests/unit/test_default_signal.py)
+    assert config.partition.val_fraction == 0.2  # 13-20 images a client, 200 in all (tests/unit/test_default_signal.py)
     assert "benchmarks.mnfl_learning" in space.description and "cannot be seen in accuracy at this scale" in \
         space.description
     assert "benchmarks.mnfl_coefficients" in space.description  # c's distance from uniform, measured per rho
@@ -130,7 +130,7 @@ def test_fedaux_dp_sweeps_epsilon_per_lambda():
         hp = cell.trial_config({"algorithm.epsilon": 0.04}).algorithm.params
         assert (hp.lam, hp.epsilon, hp.delta, hp.distill_lr, hp.distill_epochs) == (lam, 0.04, 1e-5, 1e-3, 10)
     config = space.trial_config({"algorithm.epsilon": math.inf})
-    # off chance (issue 32): alpha 0.16 (Table III's grid), the paper's steps per round, Fig. 8's 10 rounds
+    # off chance: alpha 0.16 (Table III's grid), the paper's steps per round, Fig. 8's 10 rounds
     assert (config.partition.alpha, config.clients.local_epochs, config.rounds) == (0.16, 20, 10)
 
 

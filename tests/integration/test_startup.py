@@ -1,4 +1,4 @@
-"""What a command's start-up relies on (issue 19): the workers a local instance pre-starts, which import torch before
+"""What a command's start-up relies on: the workers a local instance pre-starts, which import torch before
 any actor exists, become the run's actors, and the actor processes import nothing they do not use."""
 import json
 import subprocess

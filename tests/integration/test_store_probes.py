@@ -1,4 +1,4 @@
-"""A store on procfs or sysfs, where root's ``os.access`` says yes but no file can be created (issue 34, item 5): the
+"""A store on procfs or sysfs, where root's ``os.access`` says yes but no file can be created: the
 command, run as a user would, exits 2 with one line naming the flag, before Ray starts, and writes no MLflow run
 (the private store stays empty) and nothing else."""
 import pytest

@@ -81,7 +81,7 @@ def test_failed_trial_is_marked_failed(ray_local, tracking_uri, tmp_path, capsys
     errors = [ln for ln in captured.out.splitlines() if "] error: " in ln]
     assert len(errors) == 1 and "(traceback: " in errors[0], captured.out
     # a config error is deterministic: the trial fails once, not retried (search.max_failures is 1 here), and
-    # its one line is the error (issue 34, item 7)
+    # its one line is the error
     assert "running it again" not in captured.out and "run again after a failure" not in captured.out, captured.out
     assert [ln for ln in captured.out.splitlines() if ln.startswith("[trial 1/1]")] == [
         next(ln for ln in captured.out.splitlines() if ln.startswith("[trial 1/1] start")), errors[0]], captured.out

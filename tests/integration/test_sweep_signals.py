@@ -1,4 +1,4 @@
-"""Faults a sweep's driver meets from outside, injected for real (issue 34): a SIGTERM while the sweep starts, a kill -9
+"""Faults a sweep's driver meets from outside, injected for real: a SIGTERM while the sweep starts, a kill -9
 just after a trial starts and then ``--resume``, and ``--repair`` run while a resumed sweep is alive. Each is a real
 ``python -m platform.sweep`` process with its own local Ray, a real SQLite MLflow store and real Optuna; the asserts
 are what a user would see: the exit code, the printed lines, and the runs in the store (none lost, none twice, none
@@ -58,7 +58,7 @@ def _ends_cleanly(code: int, out: str) -> None:
 
 
 def test_sigterm_once_the_parent_run_exists_closes_it_and_prints_one_resume_line(tmp_path):
-    """Issue 34 item 2: SIGTERM as soon as the sweep's parent run is in the store (before, the signal could land
+    """SIGTERM as soon as the sweep's parent run is in the store (before, the signal could land
     between the run's creation and the code that closes it: the parent stayed RUNNING, no resume line)."""
     args = _space(tmp_path, "early", ONE_TRIAL)
     code, out = _sigterm_when(args, lambda proc: _runs_in_store(str(tmp_path / "mlflow.db")) > 0)
@@ -74,7 +74,7 @@ def test_sigterm_once_the_parent_run_exists_closes_it_and_prints_one_resume_line
 
 
 def test_sigterm_while_ray_starts_ends_the_command_with_nothing_left(tmp_path):
-    """Issue 34 item 2: SIGTERM while the driver's local Ray is starting (its processes exist, no run yet): before,
+    """SIGTERM while the driver's local Ray is starting (its processes exist, no run yet): before,
     Ray's handler raised SystemExit in the middle of the start (a traceback, at times Ray's C++ abort, exit 134).
     Now the signal waits for the start to end: exit 130, no run left RUNNING, and Ray's processes go with it."""
     args = _space(tmp_path, "starting", ONE_TRIAL)
@@ -105,7 +105,7 @@ def test_sigterm_while_ray_starts_ends_the_command_with_nothing_left(tmp_path):
 
 @pytest.mark.slow
 def test_a_trial_restored_under_a_new_id_after_kill_9_keeps_its_run(tmp_path):
-    """Issue 34 item 3: kill -9 of the driver just after trials start, then --resume. Tune restores a trial it had
+    """kill -9 of the driver just after trials start, then --resume. Tune restores a trial it had
     not saved under a new trial id; before, that trial got a second child run beside the first driver's (6 runs for a
     4-trial sweep, an interrupted orphan per configuration). Now it continues the run made for the same trial key:
     one run per configuration, every round logged once, none left RUNNING."""
@@ -139,7 +139,7 @@ def test_a_trial_restored_under_a_new_id_after_kill_9_keeps_its_run(tmp_path):
 
 @pytest.mark.slow
 def test_repair_leaves_a_live_resumed_sweep_alone(tmp_path):
-    """Issue 34 item 4: kill -9, then --resume, then --repair while the resumed sweep runs. Before, the parent kept
+    """kill -9, then --resume, then --repair while the resumed sweep runs. Before, the parent kept
     the dead first driver's id, so --repair closed the live sweep's parent as interrupted. The resumed driver is held
     with SIGSTOP while --repair looks (it is alive, whatever the machine's speed), then let go."""
     space = {**ONE_TRIAL, "base": {**ONE_TRIAL["base"], "rounds": 6},

@@ -1,5 +1,5 @@
 """Every benchmark starts a local Ray of its own (``address="local"``): a plain ``ray.init()`` joins any cluster a
-``ray start`` runs on the machine (issue 33: benchmarks/feded_learning.py did), which measures someone else's cluster
+``ray start`` runs on the machine (benchmarks/feded_learning.py did), which measures someone else's cluster
 and may run trials on it."""
 import ast
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Unit tests for algorithms/common/certainty.py: FedAUX scoring (spec/fedaux.md §3.2, §4, Eqs. 7, 9–11)."""
+"""Unit tests for algorithms/common/certainty.py: FedAUX scoring (docs/methods/fedaux.md §3.2, §4, Eqs. 7, 9–11)."""
 from __future__ import annotations
 
 import math

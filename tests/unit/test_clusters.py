@@ -497,7 +497,7 @@ RAY_DEFAULT_PORTS = {"--port": "6379", "--dashboard-port": "8265", "--ray-client
 
 
 def test_the_one_machine_recipe_has_ports_of_its_own_and_an_agent_port_per_node():
-    """Issue 33: clusters/local.md works as written on a machine where another Ray may run: the head's ports are not
+    """clusters/local.md works as written on a machine where another Ray may run: the head's ports are not
     Ray's defaults, each node's dashboard agent gets a port of its own, the second node joins at the head's port and
     `ray job submit` / `ray status` talk to the head's dashboard and GCS."""
     from tests import cluster_recipe

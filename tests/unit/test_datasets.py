@@ -219,7 +219,7 @@ def test_cifar10_pickles(tmp_path, no_md5):
     assert train.x.shape == (20, 3, 32, 32) and test.x.shape == (5, 3, 32, 32) and train.num_classes == 10
     assert np.array_equal(train.y, np.concatenate([b[1] for b in batches]))
     rows = np.concatenate([b[0] for b in batches]).reshape(-1, 3, 32, 32)  # R, G, B planes, row-major
-    np.testing.assert_allclose(train.x, _expected(rows, "imagenet"), atol=1e-6)  # spec/feded.md §4.1 default
+    np.testing.assert_allclose(train.x, _expected(rows, "imagenet"), atol=1e-6)  # docs/methods/feded.md §4.1 default
     other, _ = load_dataset(_cfg(name="cifar10", root=str(tmp_path), normalization="cifar10"))
     np.testing.assert_allclose(other.x, _expected(rows, "cifar10"), atol=1e-6)
     assert np.array_equal(test.y, test_labels) and train.coarse_y is None

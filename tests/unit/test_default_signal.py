@@ -1,4 +1,4 @@
-"""Issue 32: the six named sweeps' embedded defaults have validation splits large enough that one image moves the
+"""the six named sweeps' embedded defaults have validation splits large enough that one image moves the
 selection metric by less than 2 points (server-side: the server's split; MNFL: the mean over clients of each
 client's own split, so one image moves it by 1 / (number of clients × the client's split))."""
 import numpy as np

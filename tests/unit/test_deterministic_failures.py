@@ -1,4 +1,4 @@
-"""Which trial failures a retry would repeat (issue 34, item 7): a config error, however Ray wraps it, is failed once;
+"""Which trial failures a retry would repeat: a config error, however Ray wraps it, is failed once;
 a lost process or node is retried (``search.max_failures``). Ray's own exception classes, as Tune receives them."""
 from ray.exceptions import ActorDiedError, RayTaskError
 

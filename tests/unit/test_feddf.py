@@ -1,4 +1,4 @@
-"""FedDF (Lin et al. 2020; spec/fedaux.md §2, §3.2 T, §3.3) through the algorithm interface, pure torch, no Ray."""
+"""FedDF (Lin et al. 2020; docs/methods/fedaux.md §2, §3.2 T, §3.3) through the algorithm interface, pure torch, no Ray."""
 import math
 
 import pytest
@@ -224,7 +224,7 @@ def test_bn_eval_keeps_running_statistics_during_distillation():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Heterogeneous architectures (spec/fedaux.md §3.3)
+# Heterogeneous architectures (docs/methods/fedaux.md §3.3)
 
 def test_heterogeneous_groups_average_within_and_distil_from_all():
     public_x = _public()

@@ -1,4 +1,4 @@
-"""FedED (spec/feded.md §2.4–§2.7) through the algorithm interface, pure torch, no Ray."""
+"""FedED (docs/methods/feded.md §2.4–§2.7) through the algorithm interface, pure torch, no Ray."""
 import math
 
 import numpy as np
@@ -237,7 +237,7 @@ def test_hyperparameter_validation():
 
 
 def test_w1_epsilon_defaults_to_the_reference_value():
-    """ε = 0.001 as the authors' code (spec/feded.md §2.5 [code]) in the hyperparameters and the standalone
+    """ε = 0.001 as the authors' code (docs/methods/feded.md §2.5 [code]) in the hyperparameters and the standalone
     functions; the server's w1 weights use it, and w1_epsilon: 0 gives eq. 3.2."""
     counts = torch.tensor([[3.0, 0.0], [1.0, 2.0]])
     assert FedEDHyperparams().w1_epsilon == 0.001

@@ -1,4 +1,4 @@
-"""FedKP, FedKP_cm and FedKPPA (spec/fedkp_fedpa.md §3): bandwidths, mean-shift, aggregation, the interface."""
+"""FedKP, FedKP_cm and FedKPPA (docs/methods/fedkp_fedpa.md §3): bandwidths, mean-shift, aggregation, the interface."""
 import dataclasses
 
 import numpy as np
@@ -298,7 +298,7 @@ def _round(algo, sizes, server_lr=1.0, state=None, model=None):
 
 
 def test_fedkp_bandwidth_thesis_arm_runs_the_authors_in_place_mean_shift():
-    """The sweep's FedKP_cm arm is the thesis's: cluster_mode sequential_inplace (issue 16; §12 A4), and --set
+    """The sweep's FedKP_cm arm is the thesis's: cluster_mode sequential_inplace (§12 A4), and --set
     switches it to Alg. 10 as written. The docs say the in-place behaviour is verified and what a relative tol
     needs."""
     from platform.config.search_space import load_search_space

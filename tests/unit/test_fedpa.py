@@ -1,4 +1,4 @@
-"""FedPA (spec/fedkp_fedpa.md §4): the DP delta, IASG samples, burn-in, the server step, the interface."""
+"""FedPA (docs/methods/fedkp_fedpa.md §4): the DP delta, IASG samples, burn-in, the server step, the interface."""
 import dataclasses
 
 import pytest

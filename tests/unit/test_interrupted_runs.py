@@ -1,4 +1,4 @@
-"""A SIGTERM or Ctrl-C while the driver starts a trial's MLflow run (issue 34, item 8): the run is the sweep's own
+"""A SIGTERM or Ctrl-C while the driver starts a trial's MLflow run: the run is the sweep's own
 from its creation, so the interrupt closes it as interrupted with the others, and the end-of-sweep sweep for orphans
 no longer reports it as "left RUNNING by an earlier driver". A real SQLite MLflow store throughout."""
 import time

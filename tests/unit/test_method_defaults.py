@@ -1,5 +1,5 @@
 """A method's own config defaults (``Algorithm.config_defaults``): applied under the user's config, checked against
-the config's fields. FedED's are the thesis's client training (spec/feded.md §3, §6)."""
+the config's fields. FedED's are the thesis's client training (docs/methods/feded.md §3, §6)."""
 import pytest
 
 from algorithms.fedavg import FedAvg

@@ -1,4 +1,4 @@
-"""MNFL's baselines (spec/mnfl.md §5): fedmd, sim_pfl, topk_pfl (algorithms/mnfl_baselines.py) and pfeddf
+"""MNFL's baselines (docs/methods/mnfl.md §5): fedmd, sim_pfl, topk_pfl (algorithms/mnfl_baselines.py) and pfeddf
 (algorithms/pfeddf.py), plus MNFL's bn_mode / private_first switches and the load-time refusals. Pure torch, no Ray."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unit tests for algorithms/common/coefficients.py: MNFL's coefficient matrix c (spec/mnfl.md §1, §2.1 Eq. 7, §8,
+"""Unit tests for algorithms/common/coefficients.py: MNFL's coefficient matrix c (docs/methods/mnfl.md §1, §2.1 Eq. 7, §8,
 §10). Convention under test: c[m, n] = weight of teacher m in student n's target; columns lie on the simplex."""
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _self_explained_soft(n: int = 5, m: int = 64, d: int = 8, temperature: float
     Every client has its own random weights W_m and a bias toward its own class m (C = N), so the clients'
     tempered predictions s_m = softmax(f_m(x)/T) are pairwise different and no mixture of the others reproduces
     s_n. With w fixed, KL(Σ_m c[m, n] s_m ‖ s_n) is then minimised (value 0) only by column n = e_n, i.e. each
-    client is best explained by itself (spec/mnfl.md §1 [INF], §10 #13).
+    client is best explained by itself (docs/methods/mnfl.md §1 [INF], §10 #13).
     """
     g = _gen(seed)
     x = torch.randn(m, d, generator=g, dtype=torch.float64)

@@ -114,7 +114,7 @@ def test_the_callback_keeps_only_ids_of_ended_trials(tmp_path):
 
 
 def test_a_trial_restored_under_a_new_id_continues_the_run_made_for_it(tmp_path):
-    """Issue 34 item 3, the callback's part on a real SQLite MLflow store: a driver creates runs for two trials and
+    """The callback's part on a real SQLite MLflow store: a driver creates runs for two trials and
     dies (its callback state is lost, as when Tune had not saved it); the next driver's Tune restores them under new
     ids. Each continues the run made for its configuration (round 1 not logged twice), the run's trial id becomes the
     new one, and a third trial of the same configuration, which the first driver never started, gets a run of its

@@ -1,4 +1,4 @@
-"""The papers' settings of the six named sweeps (``presets:`` blocks, issue 31): every preset loads fully validated,
+"""The papers' settings of the six named sweeps (``presets:`` blocks): every preset loads fully validated,
 every value it sets is cited, a wrong value is refused, docs/paper_settings.md is generated from them, each ``paper``
 preset runs the paper's main dataset, and every section or table a citation names exists in its spec digest."""
 from __future__ import annotations
@@ -30,7 +30,7 @@ SECONDARY_DATASETS = {("fedpa_shrinkage_burnin", "paper_emnist62"): "emnist",
 #: Presets that vary the embedded default instead of giving a paper's setting (a named arm: digits, CPU).
 EMBEDDED_VARIANTS = {("single_image_pruning", "mismatched_photo")}
 
-#: Config fields other branches add (issue 31's brief): a preset may set them before they are merged here.
+#: Config fields other branches add: a preset may set them before they are merged here.
 PENDING_FIELDS = {"clients.augment", "clients.augment_padding", "clients.precision", "stand_in"}
 
 
@@ -132,10 +132,7 @@ def test_paper_presets_run_the_papers_main_dataset(name):
             assert presets[preset].values()["dataset.name"] == dataset
 
 
-def _spec_dir():
-    candidates = [os.environ.get("FEDSWEEP_SPEC_DIR"), os.path.join(REPO, "..", "shared", "spec"),
-                  os.path.join(REPO, "shared", "spec")]
-    return next((d for d in candidates if d and os.path.isdir(d)), None)
+METHODS = os.path.join(REPO, "docs", "methods")  # the project's own digest of each document
 
 
 SECTION = re.compile(r"§(\d+(?:\.\d+)*)")
@@ -146,13 +143,12 @@ def _section_found(text: str, section: str) -> bool:
     return re.search(rf"^#+\s+{re.escape(section)}[.\s]", text, re.M) is not None
 
 
-@pytest.mark.skipif(_spec_dir() is None, reason="the spec digests (FEDSWEEP_SPEC_DIR or ../shared/spec) are absent")
 @pytest.mark.parametrize("name,preset", _all_presets())
 def test_every_cited_section_and_table_is_in_its_document(name, preset):
     chosen = _presets(name)[preset]
     if not chosen.document:
         pytest.skip("a variant of the embedded default: it cites no document")
-    with open(os.path.join(_spec_dir(), chosen.document), encoding="utf-8") as fh:
+    with open(os.path.join(METHODS, chosen.document), encoding="utf-8") as fh:
         text = fh.read()
     flat = re.sub(r"(Fig\.)\s+", r"\1", text)
     for key, cite in chosen.cite.items():

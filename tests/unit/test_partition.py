@@ -1,4 +1,4 @@
-"""Partition properties: disjoint, deterministic per seed, sizes exactly as spec/feded.md §4.2 defines."""
+"""Partition properties: disjoint, deterministic per seed, sizes exactly as docs/methods/feded.md §4.2 defines."""
 import numpy as np
 import pytest
 
@@ -56,7 +56,7 @@ def _histograms(labels, alpha, seed=0):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_tiny_alpha_gives_one_or_two_classes_per_client(labels, seed):
     hist = _histograms(labels, 0.01, seed)
-    classes_held = (hist > 0.05).sum(1)  # spec/feded.md §4.2: 1-2 classes with > 5 % share at α = 0.01
+    classes_held = (hist > 0.05).sum(1)  # docs/methods/feded.md §4.2: 1-2 classes with > 5 % share at α = 0.01
     assert np.mean(classes_held) <= 2.0 and np.median(classes_held) <= 2
     assert np.mean(hist.max(1)) > 0.7
 

@@ -1,4 +1,4 @@
-"""``public.source: image``: the seeded, stage-cached crop pool every method sees (spec/single_image.md §2).
+"""``public.source: image``: the seeded, stage-cached crop pool every method sees (docs/methods/single_image.md §2).
 
 Real components throughout: the bundled photos and PNG/text files written here, the stage cache on tmp_path, a
 local Ray for ``share_dataset`` and a local MLflow store in tmp_path (SQLite; MLflow 3 refuses the plain file

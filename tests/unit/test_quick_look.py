@@ -1,4 +1,4 @@
-"""A newcomer's first hour (issue 33): --num-samples on a grid, --repeats, --set rounds under ASHA's grace period,
+"""A newcomer's first hour: --num-samples on a grid, --repeats, --set rounds under ASHA's grace period,
 errors before Ray, Tune's log off the console, Optuna studies named by their cells, --list."""
 import logging
 import os

@@ -1,4 +1,4 @@
-"""The report names the best as the console does (issue 32): one order, ties included (mean, then std, then the
+"""The report names the best as the console does: one order, ties included (mean, then std, then the
 trial number), the lead over the runner-up "within noise" in the console's words, and one sentence per swept
 parameter in units of the seeds' std. On a real SQLite MLflow store written the way a sweep writes it; no Ray."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``--resume`` with a ``--set`` given again (issue 34, item 8): one that says what the interrupted sweep's own
+"""``--resume`` with a ``--set`` given again: one that says what the interrupted sweep's own
 ``--set`` says (in another order, another spelling of the same number, or only some of them) is accepted and the
 stored invocation reused; one that says something else is refused in one line naming ``--set``."""
 import types

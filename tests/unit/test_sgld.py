@@ -1,4 +1,4 @@
-"""Federated SGLD (spec/fedkp_fedpa.md §5.4): seeded noise, its scale, the server step, the chain average."""
+"""Federated SGLD (docs/methods/fedkp_fedpa.md §5.4): seeded noise, its scale, the server step, the chain average."""
 import dataclasses
 import math
 

@@ -1,5 +1,5 @@
 """Every location a command writes (Tune storage, stage cache, MLflow store, Optuna storage) is probed by really
-creating and removing a file before anything starts (issue 34, item 5): ``os.access`` says yes to procfs and sysfs
+creating and removing a file before anything starts: ``os.access`` says yes to procfs and sysfs
 for root, where the first real write then failed inside the sweep (a traceback, a FAILED parent run)."""
 import os
 

@@ -35,7 +35,7 @@ def test_description_names_the_best_trial_with_a_link(smoke):
 
 
 def test_description_and_best_params_give_4_significant_digits(smoke):
-    """Issue 33: 0.8333, not 0.8333333333333334, in the description and the parent's best.* values."""
+    """0.8333, not 0.8333333333333334, in the description and the parent's best.* values."""
     from types import SimpleNamespace
 
     from platform.sweep.outputs import log_best

@@ -1,5 +1,5 @@
 """Sweep tables, plots and the report, on a real SQLite MLflow store written the way a sweep writes it (the store
-contract of issue 17: per-seed metrics ``<metric>/seed_<s>``, ``space.*`` / ``search.*`` params on the parent,
+contract of per-seed metrics ``<metric>/seed_<s>``, ``space.*`` / ``search.*`` params on the parent,
 inactive conditional parameters not logged). No Ray."""
 from __future__ import annotations
 
@@ -530,7 +530,7 @@ def test_shipped_references_match_their_spaces(name):
 
 
 def test_report_header_shows_the_whole_question_the_preset_and_the_overrides(tracking_uri, tmp_path, capsys):
-    """Issue 33: the question is never cut inside "(Alg. 9)"; the preset and the command's --set overrides are listed
+    """the question is never cut inside "(Alg. 9)"; the preset and the command's --set overrides are listed
     at the top; a one-round sweep gets no learning curves (a single dot)."""
     question = ("One question: how sensitive is FedKP's one-round aggregate to s (spec §10.3), for plain FedKP (Alg. 9) "
                 "and for FedKP_cm (Alg. 10)?")
