@@ -185,7 +185,7 @@ WORKER_PRELOAD = ("platform.runtime.actors",)
 IDLE_WORKER_KEEP_MS = 30_000
 
 
-def _ray_init_options(dashboard: bool) -> dict:
+def ray_init_options(dashboard: bool) -> dict:
     return dict(address="local", include_dashboard=dashboard, log_to_driver=False, configure_logging=True,
                 logging_level=logging.WARNING,
                 _system_config={"preload_python_modules": list(WORKER_PRELOAD),
@@ -197,15 +197,15 @@ def _ray_init_options(dashboard: bool) -> dict:
 
 def _start_local_ray(dashboard: bool) -> None:
     """``ray.init`` of a new local instance; without the dashboard, also without the three Ray processes a local
-    run never uses (:func:`_lean_head`)."""
+    run never uses (:func:`lean_head`)."""
     import ray
 
-    with contextlib.nullcontext() if dashboard else _lean_head():
-        ray.init(**_ray_init_options(dashboard))
+    with contextlib.nullcontext() if dashboard else lean_head():
+        ray.init(**ray_init_options(dashboard))
 
 
 @contextlib.contextmanager
-def _lean_head():
+def lean_head():
     """Start a local head node without Ray's API server, autoscaler monitor and log monitor.
 
     Its dashboard agent also gets a free port for its HTTP server instead of Ray's fixed 52365: on a machine where
@@ -395,7 +395,7 @@ def _running_local_cluster() -> bool:
         return False
 
 
-def _descendants(pid: int) -> list[int]:
+def descendant_processes(pid: int) -> list[int]:
     """Every live descendant of ``pid``, read from /proc (Linux; empty elsewhere)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
@@ -443,7 +443,7 @@ def tell_reaper() -> None:
         return
     from platform import _reaper
 
-    lines = "".join(f"{pid}:{start}\n" for pid in _descendants(os.getpid())
+    lines = "".join(f"{pid}:{start}\n" for pid in descendant_processes(os.getpid())
                     if pid != _REAPER["pid"] and (start := _reaper.start_time(pid)) is not None)
     try:
         os.write(_REAPER["pipe"], lines.encode("ascii"))

@@ -99,7 +99,7 @@ def normalization_name(cfg) -> str:
     return name if name is not None else DATASETS[cfg.name].default_normalization
 
 
-def _normalise_in_place(x: np.ndarray, norm: Normalization) -> np.ndarray:
+def normalise_in_place(x: np.ndarray, norm: Normalization) -> np.ndarray:
     if not norm.mean:
         return x
     channels = x.shape[1]
@@ -116,7 +116,7 @@ def normalize(x: np.ndarray, dataset_cfg) -> np.ndarray:
     methods that build their own public pool (single-image crops are normalised with the *private* dataset's
     statistics, docs/methods/single_image.md §2.2)."""
     out = np.array(x, dtype=np.float32, copy=True, order="C")
-    return _normalise_in_place(out, NORMALIZATIONS[normalization_name(dataset_cfg)])
+    return normalise_in_place(out, NORMALIZATIONS[normalization_name(dataset_cfg)])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ def _how(cls_expr: str, name: str) -> str:
 
 # --- embedded ---------------------------------------------------------------------------------------------
 
-def _digits_images_and_labels() -> tuple[np.ndarray, np.ndarray]:
+def digits_images_and_labels() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's digits as ``load_digits()`` returns them (``images`` [1797, 8, 8] float64, ``target``), read
     from the file it bundles (``sklearn/datasets/data/digits.csv.gz``) exactly as it reads it, without importing
     scikit-learn: its import (scipy, joblib, ...) took 0.9 s of every run on digits, against 0.02 s for the file.
@@ -219,7 +219,7 @@ def _digits_images_and_labels() -> tuple[np.ndarray, np.ndarray]:
 
 
 def _digits_arrays():
-    images, target = _digits_images_and_labels()
+    images, target = digits_images_and_labels()
     x = (images.astype(np.float32) / 16.0)[:, None, :, :]
     y = target.astype(np.int64)
     rng = np.random.RandomState(DIGITS_SPLIT_SEED)
@@ -241,7 +241,7 @@ def _finish(x: np.ndarray, cfg) -> np.ndarray:
     x = np.ascontiguousarray(x, dtype=np.float32)  # loaders pass fresh arrays: normalising in place is safe
     name = normalization_name(cfg)
     if name != "none":
-        x = _normalise_in_place(x, NORMALIZATIONS[name])
+        x = normalise_in_place(x, NORMALIZATIONS[name])
     return x
 
 

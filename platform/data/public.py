@@ -41,7 +41,7 @@ import numpy as np
 
 from platform.config.experiment import DatasetConfig
 from platform.config.public_data import PublicDataConfig
-from platform.data.datasets import (DATASETS, EXTRA_SPLIT_FILES, NORMALIZATIONS, ArrayDataset, _normalise_in_place,
+from platform.data.datasets import (DATASETS, EXTRA_SPLIT_FILES, NORMALIZATIONS, ArrayDataset, normalise_in_place,
                                     check_dataset_available, normalization_name, read_split, to_float_images)
 from platform.data.patch_pool_source import check_image_source, patch_pool, plan_patch_pool, pool_inputs, pool_samples
 from platform.errors import ConfigError
@@ -98,7 +98,7 @@ def check_public_available(cfg: PublicDataConfig, dataset_cfg, path: str = "publ
                                                                                 ()))
 
 
-def _subset(ds: ArrayDataset, idx: np.ndarray) -> ArrayDataset:
+def public_subset(ds: ArrayDataset, idx: np.ndarray) -> ArrayDataset:
     return ArrayDataset(np.ascontiguousarray(ds.x[idx]), ds.y[idx], ds.num_classes,
                         None if ds.groups is None else ds.groups[idx],
                         None if ds.coarse_y is None else ds.coarse_y[idx])
@@ -188,7 +188,7 @@ def _split_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset
         return train, np.empty((0, *train.input_shape), dtype=np.float32)
     if cfg.source == "train_split":
         pool, local = train_split_indices(len(train), cfg, seed, path)
-        return _subset(train, local), np.ascontiguousarray(train.x[pool])
+        return public_subset(train, local), np.ascontiguousarray(train.x[pool])
     # source == "dataset"
     if train.x.ndim != 4:
         raise ConfigError(f"{path}.source", f"public images need image training data; {dataset_cfg.name} is "
@@ -212,7 +212,7 @@ def _split_public(train: ArrayDataset, cfg: PublicDataConfig, seed: int, dataset
             picked[mask] = raw[order[mask] - offsets[i]]
     channels, height, width = train.input_shape
     x = to_float_images(picked, size=(height, width), channels=channels)
-    return train, _normalise_in_place(x, NORMALIZATIONS[normalization_name(dataset_cfg)])
+    return train, normalise_in_place(x, NORMALIZATIONS[normalization_name(dataset_cfg)])
 
 
 __all__ = ["PublicSplit", "check_public_available", "check_public_dataset", "check_public_shape", "split_public",

@@ -306,7 +306,7 @@ _ABBREVIATIONS = {"alg", "algs", "fig", "figs", "eq", "eqs", "sec", "secs", "tab
                   "nos", "cf", "e.g", "i.e", "vs", "al", "approx", "resp", "ref", "refs", "p", "pp", "vol", "ed"}
 
 
-def _question(description: str) -> str:
+def question_of(description: str) -> str:
     """The description's question: its first sentence (a space's description starts with its question), never cut
     inside brackets or after an abbreviation ("(Alg. 9)", "Fig. 8"); the whole first paragraph when no sentence ends
     in it."""
@@ -358,9 +358,9 @@ def header_blocks(results: SweepResults, objective: Objective) -> list[Block]:
         items.append(f"**Swept** `{key}`: {parameter.kind} [{values}]{when}")
     blocks: list[Block] = [Heading(f"Sweep report: {results.space}", 1)]
     if results.description:
-        blocks += [Paragraph(f"**Question.** {_question(results.description)}")]
+        blocks += [Paragraph(f"**Question.** {question_of(results.description)}")]
     blocks.append(Bullets(items))
-    if results.description and _question(results.description) != " ".join(results.description.split()):
+    if results.description and question_of(results.description) != " ".join(results.description.split()):
         blocks.append(Details("The search space's full description", " ".join(results.description.split())))
     return blocks
 

@@ -352,7 +352,7 @@ def _algorithms(params: dict, parameters: dict, scenarios: dict) -> tuple:
     return tuple(dict.fromkeys(str(n) for n in names if n))
 
 
-def _trial(run, parameters: dict, scenarios: dict, default_seeds: tuple) -> Trial:
+def trial_row(run, parameters: dict, scenarios: dict, default_seeds: tuple) -> Trial:
     tags, params, metrics = run.data.tags, run.data.params, dict(run.data.metrics)
     # an infinite value (ε = ∞) is logged as a tag reading "∞" (Tracker.log_metrics): read back as one
     metrics.update({k: parse_infinity(v) for k, v in tags.items() if k not in metrics and parse_infinity(v)})
@@ -416,7 +416,7 @@ def load_sweep(tracking_uri: str, ref: str, option: str = "sweep", preset: Optio
             scenarios[key] = SweptParameter(key, "scenario", tuple(values))
     seeds = _seeds(params.get(PARAM_SEEDS))
     children = _child_runs(client, parent.info.experiment_id, parent.info.run_id)
-    trials = _numbered(sorted((_trial(run, parameters, scenarios, seeds) for run in children),
+    trials = _numbered(sorted((trial_row(run, parameters, scenarios, seeds) for run in children),
                               key=lambda t: (t.cell_number or 0, t.start_time, t.run_id)))
     num_samples = parse_literal(params.get(f"{PARAM_SEARCH}num_samples", "None"))
     return SweepResults(

@@ -11,7 +11,7 @@ import numpy as np
 
 from platform.config.experiment import check_setting_with_data
 from platform.data import load_dataset
-from platform.data.public import _subset, take_public
+from platform.data.public import public_subset, take_public
 from platform.data.splits import client_index_splits, server_validation_from
 from platform.runtime.seeding import client_split_seed
 from platform.runtime.shards import ClientShards, ClientSplits
@@ -51,9 +51,9 @@ def load_shared_data(config, cache=None) -> LocalData:
         held_from = test if source == "test" else train
         val = (np.ascontiguousarray(held_from.x[held]), held_from.y[held])
         if source == "test":
-            test = _subset(test, keep)
+            test = public_subset(test, keep)
         else:
-            train = _subset(train, keep)
+            train = public_subset(train, keep)
     check_setting_with_data(config, 0 if public_x is None else len(public_x))  # before any client trains
     return LocalData(train, test, public_x, samples, val)
 

@@ -18,11 +18,11 @@ import sys
 from platform.config.run_schema import (ARTIFACT_SCENARIO_FRONTS_CSV, ARTIFACT_SCENARIOS_CSV, ARTIFACT_SCENARIOS_JSON,
                                         METRIC_BEST, METRIC_BEST_TRIAL, METRIC_CELL_PREFIX, METRIC_PARETO_SIZE,
                                         STATUS_INTERRUPTED, TAG_BEST_PREFIX)
-from platform.sweep.pareto import _front_rows, _json_value, log_front_ranks, objective_value, pareto_order
-from platform.sweep.state import _join, _read_state, _resume_command, _write_state
-from platform.sweep.study import (_REPORTED, _expected_trials, _fit_study, _pin_public_image, _ranked_results,
+from platform.sweep.pareto import front_rows, json_value, log_front_ranks, objective_value, pareto_order
+from platform.sweep.state import join_storage, read_state, resume_command, write_state
+from platform.sweep.study import (REPORTED, count_expected_trials, fit_study, pin_public_image, ranked_results,
                                   refused_by_config,
-                                  _trainable, lead_of, log_ranks, rank_results)
+                                  sweep_trainable, lead_of, log_ranks, rank_results)
 
 
 def _cell_dir_name(index: int) -> str:
@@ -33,7 +33,7 @@ def study_names(experiment: str, cells: list[dict]) -> list[str]:
     """The Optuna study of each scenario cell: the sweep id and the cell's values, ``<sweep id>/lam=0.01`` (a key by
     its last part where that is unambiguous, several keys separated by spaces), so that optuna-dashboard says which
     cell a study is. No commas (the parent run's tag lists the studies comma-separated); unique, as the cells are;
-    stable, as --resume recomputes the same cells (and reads the names from the sweep's state, see _run_cells)."""
+    stable, as --resume recomputes the same cells (and reads the names from the sweep's state, see run_cells)."""
     from platform.config.search_space import cell_label
 
     keys = list(cells[0]) if cells else []
@@ -55,8 +55,8 @@ def _same_data(shared, config) -> bool:
             and shared.val_fraction == config.server.val_fraction and shared.val_source == config.server.val_source)
 
 
-def _first_state(experiment: str, space) -> dict:
-    """What a new sweep's STATE_FILE holds beyond the parent run (platform.sweep.state._start_state): with scenarios,
+def first_state(experiment: str, space) -> dict:
+    """What a new sweep's STATE_FILE holds beyond the parent run (platform.sweep.state.start_state): with scenarios,
     its cells, the cells done (none yet) and each cell's study name; nothing without."""
     from platform.config.search_space import cell_label
 
@@ -66,11 +66,11 @@ def _first_state(experiment: str, space) -> dict:
     return {"scenarios": [cell_label(c) for c in cells], "cells_done": {}, "studies": study_names(experiment, cells)}
 
 
-def _run_cells(args, space, storage, tracker, parent_run_id, sweep_dir, cache, experiment,
+def run_cells(args, space, storage, tracker, parent_run_id, sweep_dir, cache, experiment,
                answer) -> str:
     """Run every scenario cell's study in turn (skipping, on --resume, the cells that finished), then report one
     best trial (or Pareto front) per cell. ``sweep_dir``: the sweep's directory, its STATE_FILE written (by the
-    command, with :func:`_first_state`, or by the run --resume continues). Returns the parent run's status."""
+    command, with :func:`first_state`, or by the run --resume continues). Returns the parent run's status."""
     from platform.sweep.optuna_store import StudyRecorder  # deferred: start-up time
     from platform.config.search_space import cell_label
     from platform.config.trials import grid_subset_note
@@ -80,7 +80,7 @@ def _run_cells(args, space, storage, tracker, parent_run_id, sweep_dir, cache, e
     from platform.results.tracking import log_driver_cache_corrupt, log_patch_samples
 
     cells = space.cells()
-    state = _read_state(sweep_dir)
+    state = read_state(sweep_dir)
     # a sweep from before the studies were named by their cells: the names it started with
     studies = state.get("studies") or [f"{experiment}/{_cell_dir_name(i)}" for i in range(len(cells))]
     done = state.setdefault("cells_done", {})
@@ -97,8 +97,8 @@ def _run_cells(args, space, storage, tracker, parent_run_id, sweep_dir, cache, e
             continue
         cell_space = space.cell_space(index)
         config = cell_space.trial_config({})
-        cell_space = _pin_public_image(cell_space, config)
-        expected = _expected_trials(cell_space)
+        cell_space = pin_public_image(cell_space, config)
+        expected = count_expected_trials(cell_space)
         if shared is None or not _same_data(shared, config):
             shared = None  # let the previous cell's data go before loading the next
             shared = share_dataset(config, cache=cache)
@@ -111,13 +111,13 @@ def _run_cells(args, space, storage, tracker, parent_run_id, sweep_dir, cache, e
                                        shared=shared, cell=info,
                                        study=StudyRecorder(args.optuna_url, answer.studies[index],
                                                            cell_space.search.objectives, cell_space.parameters))
-        trainable = _trainable(cell_space, config, shared, args)
+        trainable = sweep_trainable(cell_space, config, shared, args)
         log(f"\ncell {number}/{len(cells)}: {label}: {expected} trial(s), searcher {cell_space.search.searcher}, "
             f"sampler seed {cell_space.search.sampler_seed}", flush=True)
         if grid_subset_note(cell_space):
             log(f"  grid: {grid_subset_note(cell_space)}", flush=True)
         try:
-            grid, callback = _fit_study(trainable, cell_space, config, sweep_dir, _cell_dir_name(index), callback,
+            grid, callback = fit_study(trainable, cell_space, config, sweep_dir, _cell_dir_name(index), callback,
                                         log=log)
         except KeyboardInterrupt:
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
@@ -125,13 +125,13 @@ def _run_cells(args, space, storage, tracker, parent_run_id, sweep_dir, cache, e
         if grid is None:
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
             print(f"\ninterrupted in scenario cell {number}/{len(cells)} ({label}); continue with: "
-                  f"{_resume_command(os.path.basename(sweep_dir), storage)}", file=sys.stderr)
+                  f"{resume_command(os.path.basename(sweep_dir), storage)}", file=sys.stderr)
             return "KILLED"
         row = _cell_row(grid, cell_space, cell, info, callback)
         rows.append(row)
         if row["trials_failed"] == 0 and row["trials_finished"] > 0:  # else --resume runs its failed trials again
             done[str(number)] = row
-            _write_state(sweep_dir, state)
+            write_state(sweep_dir, state)
     return _report_cells(rows, space, tracker, parent_run_id, sweep_dir)
 
 
@@ -146,7 +146,7 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
     if refused:
         row["refused"] = refused  # every trial of the cell failed on this bad input
     if search.multi_objective:
-        complete = [r for r in _front_rows(grid, cell_space, callback)
+        complete = [r for r in front_rows(grid, cell_space, callback)
                     if all(objective_value(r, m) is not None for m, _ in search.objectives)]
         layers = pareto_order(complete, search.objectives)
         log_front_ranks(layers, callback.tracker)
@@ -157,7 +157,7 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
                     "rerun": cell_space.rerun_command(cell)})
         return row
     metric, mode = search.metric, search.mode
-    finished, row["trials_diverged"] = _ranked_results(grid, metric)
+    finished, row["trials_diverged"] = ranked_results(grid, metric)
     row["trials_finished"] = len(finished)
     if not finished:
         return row
@@ -174,7 +174,7 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
     row.update({"best_trial": f"trial-{number:03d}" if number else str(trial_id),
                 "best_run_id": callback.runs.get(trial_id), "best_name": callback.names.get(trial_id),
                 "round": best.metrics.get("round")})
-    for key in (metric, *(k for k in _REPORTED if k != metric)):
+    for key in (metric, *(k for k in REPORTED if k != metric)):
         for name in (key, f"{key}_std"):
             if best.metrics.get(name) is not None:
                 row[name] = best.metrics[name]
@@ -183,7 +183,7 @@ def _cell_row(grid, cell_space, cell: dict, info: dict, callback) -> dict:
     return row
 
 
-def _cells_csv(rows: list[dict], space) -> str:
+def cells_csv(rows: list[dict], space) -> str:
     import csv
     import io
 
@@ -195,7 +195,7 @@ def _cells_csv(rows: list[dict], space) -> str:
     else:
         metric = space.search.metric
         values = ["best_trial", "best_run_id", "round"]
-        for key in (metric, *(k for k in _REPORTED if k != metric)):
+        for key in (metric, *(k for k in REPORTED if k != metric)):
             values += [key, f"{key}_std"]
         values += ["lead", "lead_se", "lead_p", "within_noise"]  # over the cell's runner-up (platform.results.noise)
         params = list(dict.fromkeys(k for row in rows for k in row.get("params", {})))
@@ -247,11 +247,11 @@ def _report_cells(rows: list[dict], space, tracker, parent_run_id, sweep_dir) ->
             metrics.update({f"{prefix}{METRIC_BEST}{m}": row.get(f"{METRIC_BEST}{m}") for m in search.metrics})
         else:
             metrics[f"{prefix}{METRIC_BEST}{search.metric}"] = row.get(search.metric)
-            metrics.update({f"{prefix}{METRIC_BEST_TRIAL}{k}": row.get(k) for k in _REPORTED if k != search.metric})
+            metrics.update({f"{prefix}{METRIC_BEST_TRIAL}{k}": row.get(k) for k in REPORTED if k != search.metric})
     tracker.log_metrics(parent_run_id, {k: v for k, v in metrics.items()
                                         if v is not None and not (isinstance(v, float) and math.isnan(v))})
-    tracker.log_text(parent_run_id, json.dumps(_json_value(rows), indent=2), ARTIFACT_SCENARIOS_JSON)
-    tracker.log_text(parent_run_id, _cells_csv(rows, space), ARTIFACT_SCENARIOS_CSV)
+    tracker.log_text(parent_run_id, json.dumps(json_value(rows), indent=2), ARTIFACT_SCENARIOS_JSON)
+    tracker.log_text(parent_run_id, cells_csv(rows, space), ARTIFACT_SCENARIOS_CSV)
     if search.multi_objective:
         tracker.log_text(parent_run_id, _fronts_csv(rows, space), ARTIFACT_SCENARIO_FRONTS_CSV)
     objectives = ", ".join(f"{m} ({d})" for m, d in search.objectives)
@@ -277,7 +277,7 @@ def _report_cells(rows: list[dict], space, tracker, parent_run_id, sweep_dir) ->
         std = f" ± {_figure(row[metric + '_std'])}" if row.get(metric + "_std") is not None else ""
         reported = "".join(f", {k} {_figure(row[k])}" + (f" ± {_figure(row[k + '_std'])}"
                                                          if row.get(k + "_std") is not None else "")
-                           for k in _REPORTED if k != metric and row.get(k) is not None)
+                           for k in REPORTED if k != metric and row.get(k) is not None)
         params = ", ".join(f"{k}={_short(v)}" for k, v in row["params"].items()) or "(the cell's base config)"
         print(f"{head} {metric} {_figure(row[metric])}{std} at round {row.get('round')}{reported} ({counts}) | {params}")
         if row.get("lead_text"):

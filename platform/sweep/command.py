@@ -30,12 +30,12 @@ from platform.config.run_schema import (PARAM_BASE, PARAM_SCENARIO, PARAM_SEARCH
                                         STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND,
                                         TAG_DESCRIPTION, TAG_DRIVER, TAG_GIT_COMMIT, TAG_NOTE, TAG_OPTUNA_STORAGE,
                                         TAG_PRESET, TAG_SEARCH_SPACE, TAG_STATUS)
-from platform.sweep.cells import _first_state, _run_cells
-from platform.sweep.state import (_INVOCATION_FLAGS, STATE_FILE, _check_resumable, _default_storage, _driver_id,
-                                  _experiment_name, _invocation, _join, _latest_unfinished, _read_state,
-                                  _record_status, _repair, _resume_command, _start_state)
-from platform.sweep.study import (_expected_trials, _fit_study, _pin_public_image, _report, _trainable,
-                                  refused_by_config)
+from platform.sweep.cells import first_state, run_cells
+from platform.sweep.state import (INVOCATION_FLAGS, STATE_FILE, check_resumable, default_storage, driver_id,
+                                  invocation_of, join_storage, latest_unfinished, read_state, record_status,
+                                  repair_sweep, resume_command, start_state, sweep_experiment_name)
+from platform.sweep.study import (count_expected_trials, fit_study, pin_public_image, refused_by_config, report_best,
+                                  sweep_trainable)
 # platform.config.experiment and platform.config.search_space (torch, through the algorithms) are imported where used: a command starts
 # Ray before it imports them (platform.cli.start_ray_early).
 
@@ -97,12 +97,12 @@ def _storage_flag(given: Optional[str], flag: str, env: str) -> str:
     return flag if given else (env if os.environ.get(env) else flag)
 
 
-def _resolve_resume(args) -> str:
+def resolve_resume(args) -> str:
     """The experiment directory ``--resume`` continues, with ``args`` completed from its stored invocation. A flag
     given again must match what is stored (one line naming it otherwise)."""
     from platform.stages import storage as st  # deferred: start-up time
 
-    storage = st.normalise(args.storage_path or _default_storage())
+    storage = st.normalise(args.storage_path or default_storage())
     st.check_storage(storage, _storage_flag(args.storage_path, "--storage-path", "FEDSWEEP_STORAGE"))
     if isinstance(args.resume, str) and not args.name and not st.isfile(st.join(storage, args.resume, STATE_FILE)):
         if re.fullmatch(r".+-\d{8}-\d{6}-[0-9a-f]{6}", args.resume):  # a sweep id, as printed, not under this storage
@@ -117,16 +117,16 @@ def _resolve_resume(args) -> str:
         if not args.name:
             raise UserError("--resume: name the search space, or give the sweep id it printed (--resume SWEEP_ID)")
         space_name = os.path.splitext(os.path.basename(args.name))[0]
-        resume_dir = _latest_unfinished(storage, space_name)
+        resume_dir = latest_unfinished(storage, space_name)
         if resume_dir is None:
             raise UserError(f"--resume: no unfinished sweep of {space_name!r} under {storage}")
-    state = _read_state(resume_dir)
+    state = read_state(resume_dir)
     if state.get("status") == STATUS_COMPLETED:
         raise UserError(f"--resume: sweep {os.path.basename(resume_dir)} completed; start a new one without --resume")
     stored = state.get("invocation")
     if stored is None:  # a sweep from before invocations were stored: the flags as given now
         return resume_dir
-    for key, flag in _INVOCATION_FLAGS.items():
+    for key, flag in INVOCATION_FLAGS.items():
         given, kept = getattr(args, key), stored.get(key)
         if key == "name" and given and kept and os.path.isfile(given):
             given = os.path.abspath(given)
@@ -203,8 +203,8 @@ def main(argv=None) -> int:
         print("\n".join(space_listing()))
         return 0
     if args.repair:
-        return _repair(args)
-    resume_dir = _resolve_resume(args) if args.resume else None
+        return repair_sweep(args)
+    resume_dir = resolve_resume(args) if args.resume else None
     if not args.name:
         from platform.config.space_files import available_search_spaces
 
@@ -227,7 +227,7 @@ def main(argv=None) -> int:
     overrides = parse_overrides(args.overrides)
     if args.stand_in:
         overrides["stand_in"] = True
-    args.invocation = _invocation(args)
+    args.invocation = invocation_of(args)
     # Everything is validated before anything is written: MLflow, Tune storage, Ray.
     space = load_search_space(args.name, overrides, args.num_samples,
                               check=check_settings if planning else check_experiment, preset=args.preset,
@@ -244,9 +244,9 @@ def main(argv=None) -> int:
         quiet_libraries()  # while the parent run and the study are prepared
         _hold_sigterm()  # a SIGTERM from here on ends the sweep once Ray is up (_run), never half-way through its start
         start_ray_early(args.address, args.ray_dashboard)
-    space = _pin_public_image(space, base_config)
+    space = pin_public_image(space, base_config)
     if resume_dir:
-        _check_resumable(resume_dir, space)
+        check_resumable(resume_dir, space)
     from platform.results.tracking import resolve_tracking_uri
     from platform.sweep.optuna_store import storage_url
 
@@ -267,7 +267,7 @@ def _check_stores(args) -> str:
     from platform.stages.storage import check_storage, normalise
     from platform.sweep import optuna_store
 
-    storage = normalise(args.storage_path or _default_storage())
+    storage = normalise(args.storage_path or default_storage())
     check_storage(storage, _storage_flag(args.storage_path, "--storage-path", "FEDSWEEP_STORAGE"))
     cache = args.cache_dir or (None if args.no_cache else os.environ.get("FEDSWEEP_CACHE"))
     if cache:
@@ -327,7 +327,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     check_fits_connected_cluster(base_config.resources)  # a trial that could never start: one line, nothing written
     tracker = Tracker(tracking_uri, space.name)
     # The Tune experiment (one directory per sweep, a sub-directory per scenario cell) names the Optuna study too.
-    experiment = os.path.basename(resume_dir) if resume_dir else _experiment_name(space.name)
+    experiment = os.path.basename(resume_dir) if resume_dir else sweep_experiment_name(space.name)
     _hold_sigterm()  # the parent run and its resume state are written whole, then closed by the try's finally
     try:
         parent_run_id = _open_parent_run(tracker, args, space, base_config, resume_dir)
@@ -340,8 +340,8 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     answer = SweepAnswer()
     try:
         if not resume_dir:  # the experiment directory records the parent run, for --resume (and the resume line)
-            _start_state(_join(storage, experiment), parent_run_id, tracking_uri, space, args.invocation,
-                         **_first_state(experiment, space))
+            start_state(join_storage(storage, experiment), parent_run_id, tracking_uri, space, args.invocation,
+                         **first_state(experiment, space))
         _release_sigterm()  # a SIGTERM meanwhile: interrupted here, the parent closed and the resume line printed
         _tune_fixes.apply()  # a trial handed a dead reused actor is run again (platform/sweep/_tune_fixes.py)
         objectives = ", ".join(f"{m} ({d})" for m, d in space.search.objectives)
@@ -349,7 +349,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         rounds = "rounds per cell" if "rounds" in space.scenarios else f"{base_config.rounds} rounds"
         cells = (f"{len(space.cells())} scenario cell(s) of {', '.join(space.scenarios)} (one study each), "
                  if space.scenarios else "")
-        print(f"sweep {space.name}: {cells}{_expected_trials(space)} trial(s) x {len(space.seeds)} seed(s), "
+        print(f"sweep {space.name}: {cells}{count_expected_trials(space)} trial(s) x {len(space.seeds)} seed(s), "
               f"{rounds}, searcher {space.search.searcher}, {selecting}, "
               f"{trials_at_once(base_config.resources, space.search.max_concurrent_trials)}, Ray {mode}", flush=True)
         subset = "" if space.scenarios else grid_subset_note(space)
@@ -359,11 +359,11 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
             if metric.startswith("test_"):
                 print(f"warning: search.metric {metric} selects on the test set; select on a validation "
                       f"metric (val_accuracy) and report test", file=sys.stderr, flush=True)
-        expected_trials = _expected_trials(space)
+        expected_trials = count_expected_trials(space)
         cache = open_cache(args.cache_dir, not args.no_cache)
         if space.scenarios:
-            status = _run_cells(args, space, storage, tracker, parent_run_id, resume_dir or _join(storage, experiment),
-                                cache, experiment, answer)
+            status = run_cells(args, space, storage, tracker, parent_run_id,
+                               resume_dir or join_storage(storage, experiment), cache, experiment, answer)
             if status == "FAILED" and answer.cells and all(row.get("refused") for row in answer.cells):
                 refused = answer.cells[0]["refused"]
             return _exit_code(status, refused)
@@ -379,21 +379,21 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
                                        quiet=args.quiet, shared=shared,
                                        study=StudyRecorder(args.optuna_url, experiment, space.search.objectives,
                                                            space.parameters))
-        trainable = _trainable(space, base_config, shared, args)
-        results, callback = _fit_study(trainable, space, base_config, storage, experiment, callback, log=print)
+        trainable = sweep_trainable(space, base_config, shared, args)
+        results, callback = fit_study(trainable, space, base_config, storage, experiment, callback, log=print)
         if results is None:
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
-            print(f"\ninterrupted; continue with: {_resume_command(experiment, storage)}", file=sys.stderr)
+            print(f"\ninterrupted; continue with: {resume_command(experiment, storage)}", file=sys.stderr)
             status = "KILLED"
         else:
-            status = _report(results, space, tracker, parent_run_id, callback, answer,
-                             sweep_dir=_join(storage, experiment))
+            status = report_best(results, space, tracker, parent_run_id, callback, answer,
+                             sweep_dir=join_storage(storage, experiment))
             refused = refused_by_config(results) if status == "FAILED" else None
     except KeyboardInterrupt as interrupt:
         status = "KILLED"
         if callback is not None:
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
-        print(f"\ninterrupted; continue with: {_resume_command(experiment, storage)}", file=sys.stderr,
+        print(f"\ninterrupted; continue with: {resume_command(experiment, storage)}", file=sys.stderr,
               flush=True)
         interrupt.announced = True  # main_wrapper adds no line of its own
         raise
@@ -402,7 +402,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
 
         _SIGTERM.update(held=True, pending=False)  # closing up: a second SIGTERM never leaves a run half-closed
         answer.status = _STATUS_TAGS.get(status, STATUS_FAILED)
-        _record_status(_join(storage, experiment), answer.status)
+        record_status(join_storage(storage, experiment), answer.status)
         earlier, own = close_orphan_runs(tracker, parent_run_id, started_since_ms=started_ms)
         if earlier:
             print(f"closed {earlier} run(s) left RUNNING by an earlier driver that was killed", file=sys.stderr)
@@ -432,8 +432,8 @@ def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
     from platform.results.tracking import command_line, git_commit
 
     if resume_dir:
-        parent_run_id = _read_state(resume_dir)["parent_run_id"]
-        tracker.set_tag(parent_run_id, TAG_DRIVER, _driver_id())  # --repair asks this driver, not the dead first one
+        parent_run_id = read_state(resume_dir)["parent_run_id"]
+        tracker.set_tag(parent_run_id, TAG_DRIVER, driver_id())  # --repair asks this driver, not the dead first one
         tracker.set_tag(parent_run_id, TAG_STATUS, STATUS_RUNNING)
         tracker.client.update_run(parent_run_id, status="RUNNING")
         return parent_run_id
@@ -443,7 +443,7 @@ def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
         name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}",
         tags={TAG_SEARCH_SPACE: space.name, TAG_GIT_COMMIT: git_commit(),
               TAG_COMMAND: command_line("platform.sweep", args.argv), TAG_STATUS: STATUS_RUNNING,
-              TAG_DESCRIPTION: space.description, TAG_OPTUNA_STORAGE: args.optuna_url, TAG_DRIVER: _driver_id(),
+              TAG_DESCRIPTION: space.description, TAG_OPTUNA_STORAGE: args.optuna_url, TAG_DRIVER: driver_id(),
               **({TAG_PRESET: space.preset_name} if space.preset_name else {}),
               TAG_NOTE: description(space, tracker.experiment_id, SweepAnswer())})
     tracker.log_params(parent_run_id, {

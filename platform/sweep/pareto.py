@@ -89,18 +89,18 @@ def log_front_ranks(layers: list[list[dict]], tracker) -> None:
                 tracker.log_metrics(row["run_id"], {METRIC_RANK: place})
 
 
-def _json_value(value):
+def json_value(value):
     """JSON has no inf/NaN: write them as strings ("inf", "-inf", "nan")."""
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return str(value)
     if isinstance(value, dict):
-        return {k: _json_value(v) for k, v in value.items()}
+        return {k: json_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_value(v) for v in value]
+        return [json_value(v) for v in value]
     return value
 
 
-def _front_rows(grid, space, callback) -> list[dict]:
+def front_rows(grid, space, callback) -> list[dict]:
     """One row per finished trial (no error): its last reported objectives (and their std over seeds), the round,
     its MLflow child run and its sampled parameters. A trial missing an objective still gets a row (it is left off
     the front)."""
@@ -141,7 +141,7 @@ def _front_csv(front: list[dict]) -> str:
     return out.getvalue()
 
 
-def _front_plot(rows: list[dict], front: list[dict], objectives: list[tuple[str, str]], path: str, title: str) -> None:
+def front_plot(rows: list[dict], front: list[dict], objectives: list[tuple[str, str]], path: str, title: str) -> None:
     """The first two objectives of every finished trial (grey) with the front highlighted (red, joined)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -187,13 +187,13 @@ def _front_plot(rows: list[dict], front: list[dict], objectives: list[tuple[str,
     fig.savefig(path, format="png")
 
 
-def _report_pareto(grid, space, tracker, parent_run_id, callback, answer) -> str:
+def report_pareto(grid, space, tracker, parent_run_id, callback, answer) -> str:
     """Multi-objective: print the Pareto front of the finished trials (last reported values) and log it to the
     parent run as ``pareto_front.json``, ``pareto_front.csv``, ``pareto_front.png`` and metric ``pareto_size``."""
     import tempfile
 
     objectives = space.search.objectives
-    rows = _front_rows(grid, space, callback)
+    rows = front_rows(grid, space, callback)
     failed = sum(1 for r in grid if r.error is not None)
     complete = [r for r in rows if all(objective_value(r, m) is not None for m, _ in objectives)]
     if not complete:
@@ -208,12 +208,12 @@ def _report_pareto(grid, space, tracker, parent_run_id, callback, answer) -> str
             for m, d in objectives}
     tracker.log_metrics(parent_run_id, {METRIC_PARETO_SIZE: len(front), **best, "trials_completed": len(complete),
                                         "trials_failed": failed})
-    tracker.log_text(parent_run_id, json.dumps(_json_value(front), indent=2), ARTIFACT_PARETO_JSON)
+    tracker.log_text(parent_run_id, json.dumps(json_value(front), indent=2), ARTIFACT_PARETO_JSON)
     tracker.log_text(parent_run_id, _front_csv(front), ARTIFACT_PARETO_CSV)
     try:
         with tempfile.TemporaryDirectory() as directory:
             path = os.path.join(directory, ARTIFACT_PARETO_PNG)
-            _front_plot(complete, front, objectives, path, f"{space.name}: Pareto front")
+            front_plot(complete, front, objectives, path, f"{space.name}: Pareto front")
             tracker.client.log_artifact(parent_run_id, path)
     except Exception as err:  # noqa: BLE001 - the table is the result; a plot failure must not fail the sweep
         print(f"warning: could not plot the Pareto front: {err}", file=sys.stderr)

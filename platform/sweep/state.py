@@ -13,13 +13,13 @@ from platform.cli import results_home
 from platform.errors import UserError
 from platform.config.run_schema import (STATUS_COMPLETED, STATUS_INTERRUPTED, STATUS_RUNNING, TAG_DRIVER,
                                         TAG_PARENT_RUN, TAG_SEARCH_SPACE, TAG_STATUS)
-from platform.sweep.pareto import _json_value
+from platform.sweep.pareto import json_value
 
 
 STATE_FILE = "fedsweep_sweep.json"  # in the Tune experiment directory: links it to its MLflow parent run
 
 
-def _experiment_name(space_name: str) -> str:
+def sweep_experiment_name(space_name: str) -> str:
     """A new sweep's Tune experiment (and Optuna study) name: ``<space>-<time>-<6 hex>``; the random part keeps two
     sweeps started in the same second apart."""
     import secrets  # deferred: start-up time
@@ -27,26 +27,27 @@ def _experiment_name(space_name: str) -> str:
     return f"{space_name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
-def _latest_unfinished(storage: str, name: str) -> Optional[str]:
+def latest_unfinished(storage: str, name: str) -> Optional[str]:
     """The newest sweep of space ``name`` under ``storage`` (a path or a URI) that did not complete (None if there is
     none)."""
     from platform.stages import storage as st
 
     candidates = sorted(d for d in st.listdir(storage) if d.startswith(f"{name}-")
                         and st.isfile(st.join(storage, d, STATE_FILE))
-                        and _read_state(st.join(storage, d)).get("status") != STATUS_COMPLETED)
+                        and read_state(st.join(storage, d)).get("status") != STATUS_COMPLETED)
     return st.join(storage, candidates[-1]) if candidates else None
 
 
 # What a sweep's invocation stores (in its STATE_FILE) for --resume to restore: the flags that change the experiment.
-_INVOCATION_FLAGS = {"name": "the search space", "overrides": "--set", "num_samples": "--num-samples", "repeats": "--repeats",
-                     "tracking_uri": "--tracking-uri", "cache_dir": "--cache-dir", "no_cache": "--no-cache",
-                     "optuna_storage": "--optuna-storage", "preset": "--preset", "stand_in": "--stand-in"}
+INVOCATION_FLAGS = {"name": "the search space", "overrides": "--set", "num_samples": "--num-samples",
+                    "repeats": "--repeats", "tracking_uri": "--tracking-uri", "cache_dir": "--cache-dir",
+                    "no_cache": "--no-cache", "optuna_storage": "--optuna-storage", "preset": "--preset",
+                    "stand_in": "--stand-in"}
 
 
-def _invocation(args) -> dict:
+def invocation_of(args) -> dict:
     """The flags that define a sweep, as given (the space by absolute path when it was a YAML file)."""
-    stored = {key: getattr(args, key) for key in _INVOCATION_FLAGS}
+    stored = {key: getattr(args, key) for key in INVOCATION_FLAGS}
     if stored["name"] and os.path.isfile(stored["name"]):
         stored["name"] = os.path.abspath(stored["name"])
     from platform.results.tracking import git_commit
@@ -54,7 +55,7 @@ def _invocation(args) -> dict:
     return {**stored, "git_commit": git_commit()}
 
 
-def _default_storage() -> str:
+def default_storage() -> str:
     """Tune's storage when --storage-path is not given: ``$FEDSWEEP_STORAGE`` (the clusters set a bucket), else
     ``<results home>/ray_results``."""
     from platform.stages.storage import normalise
@@ -62,23 +63,23 @@ def _default_storage() -> str:
     return normalise(os.environ.get("FEDSWEEP_STORAGE") or os.path.join(results_home(), "ray_results"))
 
 
-def _join(directory: str, *names: str) -> str:
+def join_storage(directory: str, *names: str) -> str:
     """``directory``/``names`` for a path or an ``s3://`` / ``gs://`` URI (Tune's storage may be either)."""
     from platform.stages.storage import join
 
     return join(directory, *names)
 
 
-def _read_state(directory: str) -> dict:
+def read_state(directory: str) -> dict:
     """A sweep's STATE_FILE, read through the storage's filesystem (so ``--resume`` finds it from any directory or
     machine when the storage is a bucket)."""
     from platform.stages.storage import read_json
 
-    return read_json(_join(directory, STATE_FILE))
+    return read_json(join_storage(directory, STATE_FILE))
 
 
-def _start_state(directory: str, parent_run_id: str, tracking_uri: str, space, invocation: dict, **extra) -> dict:
-    """Create a new sweep's Tune directory (a name of its own, see _experiment_name: never another sweep's) and its
+def start_state(directory: str, parent_run_id: str, tracking_uri: str, space, invocation: dict, **extra) -> dict:
+    """Create a new sweep's Tune directory (a name of its own, see sweep_experiment_name: never another sweep's) and its
     STATE_FILE: the parent run, the store, the space, the status and the invocation ``--resume`` restores."""
     from platform.stages.storage import is_uri
 
@@ -86,30 +87,30 @@ def _start_state(directory: str, parent_run_id: str, tracking_uri: str, space, i
         os.makedirs(directory)
     state = {"parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "search_space": space.path,
              "status": STATUS_RUNNING, "invocation": invocation, **extra}
-    _write_state(directory, state)
+    write_state(directory, state)
     return state
 
 
-def _write_state(directory: str, state: dict) -> None:
+def write_state(directory: str, state: dict) -> None:
     """Written whole or not at all: a temporary file renamed into place on disk, one PUT on an object store."""
     from platform.stages.storage import write_bytes
 
-    write_bytes(_join(directory, STATE_FILE), json.dumps(_json_value(state), indent=1).encode())
+    write_bytes(join_storage(directory, STATE_FILE), json.dumps(json_value(state), indent=1).encode())
 
 
-def _record_status(directory: str, status: str) -> None:
+def record_status(directory: str, status: str) -> None:
     """The sweep's status in its STATE_FILE (``--resume`` skips completed sweeps); nothing if it never started."""
     from platform.stages.storage import isfile
 
-    if isfile(_join(directory, STATE_FILE)):
-        _write_state(directory, {**_read_state(directory), "status": status})
+    if isfile(join_storage(directory, STATE_FILE)):
+        write_state(directory, {**read_state(directory), "status": status})
 
 
-def _check_resumable(resume_dir: str, space) -> None:
+def check_resumable(resume_dir: str, space) -> None:
     """--resume needs the interrupted run to have the same scenario cells as the space has now (one line if not)."""
     from platform.config.search_space import cell_label
 
-    recorded = _read_state(resume_dir).get("scenarios")
+    recorded = read_state(resume_dir).get("scenarios")
     current = [cell_label(c) for c in space.cells()] if space.scenarios else None
     if recorded != current:
         def describe(cells):
@@ -118,7 +119,7 @@ def _check_resumable(resume_dir: str, space) -> None:
                         f"the space now has {describe(current)}; start a new sweep (without --resume)")
 
 
-def _resume_command(experiment: str, storage: str) -> str:
+def resume_command(experiment: str, storage: str) -> str:
     """The line that continues this sweep, from any directory: its id (the stored invocation supplies the rest) and
     its storage, always (the default storage is under the results home, which is the current directory unless
     FEDSWEEP_HOME says otherwise)."""
@@ -127,7 +128,7 @@ def _resume_command(experiment: str, storage: str) -> str:
     return f"python -m platform.sweep --resume {experiment} --storage-path {shlex.quote(storage)}"
 
 
-def _driver_id() -> str:
+def driver_id() -> str:
     """This driver process as ``<host>:<pid>``, tagged on the parent run so that ``--repair`` can tell a live sweep
     from one whose driver died."""
     import socket
@@ -151,7 +152,7 @@ def _driver_alive(driver: str) -> Optional[bool]:
     return True
 
 
-def _repair(args) -> int:
+def repair_sweep(args) -> int:
     """``--repair``: every sweep whose parent is RUNNING but whose driver (on this machine) is gone gets its parent
     and open child runs closed as interrupted. Sweeps driven from other machines are listed, not touched."""
     from platform.results.tracking import Tracker, check_tracking_uri, close_orphan_runs, resolve_tracking_uri

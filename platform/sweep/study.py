@@ -12,8 +12,8 @@ import sys
 
 from platform.config.run_schema import (METRIC_BEST, METRIC_BEST_TRIAL, REPORTED_TEST_METRICS, diverged, figure,
                                         setting_metrics)
-from platform.sweep.pareto import _report_pareto
-from platform.sweep.state import _join
+from platform.sweep.pareto import report_pareto
+from platform.sweep.state import join_storage
 
 
 class DefineByRun:
@@ -44,7 +44,7 @@ class DefineByRun:
         return None
 
 
-def _make_searcher(space, segment_index: int = 0, history=()):
+def make_searcher(space, segment_index: int = 0, history=()):
     """Optuna TPE or random sampling (both sample for several objectives when ``search.metric`` is a list: Optuna
     then runs a multi-objective study); None for the grid searcher, whose Pareto front comes from the results.
     A later segment of a long study (platform/sweep/segments.py) gets its own sampler seed, and its study starts
@@ -73,7 +73,7 @@ def _make_searcher(space, segment_index: int = 0, history=()):
                         **study)
 
 
-def _make_scheduler(space, rounds: int):
+def make_scheduler(space, rounds: int):
     sched = space.search.scheduler
     if sched.kind != "asha":
         return None
@@ -83,7 +83,7 @@ def _make_scheduler(space, rounds: int):
                          reduction_factor=sched.reduction_factor)
 
 
-def _pin_public_image(space, base_config):
+def pin_public_image(space, base_config):
     """The search space with a relative ``public.image`` path made absolute in its base config (as the loaded
     config holds it), so trials, which run in their own directories, and a driver that leaves a Ray job's
     directory still find the file. Swept image paths should be absolute."""
@@ -93,16 +93,16 @@ def _pin_public_image(space, base_config):
     return dataclasses.replace(space, base={**space.base, "public": {**public, "image": base_config.public.image}})
 
 
-def _expected_trials(space) -> int:
+def count_expected_trials(space) -> int:
     """Trials the sweep runs: ``num_samples`` (grid: times the grid); with scenarios, summed over the cells."""
     from platform.config.search_space import grid_points
 
     if space.scenarios:
-        return sum(_expected_trials(space.cell_space(i)) for i in range(len(space.cells())))
+        return sum(count_expected_trials(space.cell_space(i)) for i in range(len(space.cells())))
     return space.search.num_samples * (len(grid_points(space)) if space.search.searcher == "grid" else 1)
 
 
-def _trainable(space, base_config, shared, args):
+def sweep_trainable(space, base_config, shared, args):
     """The Tune trainable: :func:`platform.runtime.trial.trial_trainable` with the sweep's fixed arguments."""
     from platform.runtime.trial import trial_trainable
     from platform.stages.cache import default_cache_root
@@ -125,13 +125,13 @@ def _tuner(trainable, space, base_config, storage, name, callback, segment, hist
     storage_path, filesystem = tune_storage(storage)
     param_space = ({"params": tune.grid_search(list(segment.grid_points))} if search.searcher == "grid" else None)
     # Multi-objective: the searcher holds the metric and mode lists; Tune's own metric/mode take one metric only
-    # (and no scheduler needs one: ASHA is refused at load), so Tune gets none and _report computes the front.
+    # (and no scheduler needs one: ASHA is refused at load), so Tune gets none and report_best computes the front.
     metric, mode = (None, None) if search.multi_objective else (search.metric, search.mode)
     return tune.Tuner(
         trainable, param_space=param_space,
         tune_config=tune.TuneConfig(
-            search_alg=_make_searcher(space, segment.index, history),
-            scheduler=_make_scheduler(space, base_config.rounds),
+            search_alg=make_searcher(space, segment.index, history),
+            scheduler=make_scheduler(space, base_config.rounds),
             num_samples=segment.num_samples, metric=metric, mode=mode,
             max_concurrent_trials=search.max_concurrent_trials,
             reuse_actors=True),  # a finished trial's process and actors serve the next (WarmActors)
@@ -141,7 +141,7 @@ def _tuner(trainable, space, base_config, storage, name, callback, segment, hist
                                   checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
 
 
-_REPORTED = REPORTED_TEST_METRICS  # the test figures reported beside the selection metric (as numbers to Tune)
+REPORTED = REPORTED_TEST_METRICS  # the test figures reported beside the selection metric (as numbers to Tune)
 
 
 TUNE_LOG = "tune_driver.log"  # in a study's directory: Tune's own log records while the study ran
@@ -183,7 +183,7 @@ def tune_log_to(path: str):
         handler.close()
 
 
-def _fit_study(trainable, space, base_config, parent_dir: str, name: str, callback, log):
+def fit_study(trainable, space, base_config, parent_dir: str, name: str, callback, log):
     """Run one study (the sweep's, or one scenario cell's) in ``parent_dir``/``name`` as consecutive Tune
     experiments of at most ``search.trials_per_experiment`` trials (platform/sweep/segments.py). On --resume the
     segments that ended cleanly are skipped and the others restored (their unfinished and failed trials run again).
@@ -193,13 +193,13 @@ def _fit_study(trainable, space, base_config, parent_dir: str, name: str, callba
     from platform.sweep import segments as study_segments
     from platform.stages.storage import tune_storage
 
-    study_dir = _join(parent_dir, name)
+    study_dir = join_storage(parent_dir, name)
     segments = study_segments.plan(space)
     record = study_segments.read_record(study_dir)
     if record.get("callback"):  # trial numbers and MLflow runs of the segments that ended before --resume
         callback.set_state(record["callback"])
     results = study_segments.StudyResults(study_dir)
-    kept = (*space.search.metrics, *_REPORTED)
+    kept = (*space.search.metrics, *REPORTED)
     if len(segments) > 1 and space.search.scheduler.kind == "asha":
         log(f"note: {len(segments)} Tune experiments of at most {space.search.trials_per_experiment} trials "
             f"(search.trials_per_experiment); ASHA compares a trial only with those of its own experiment",
@@ -210,7 +210,7 @@ def _fit_study(trainable, space, base_config, parent_dir: str, name: str, callba
             results.extend(ended)
             continue
         where = (parent_dir, name) if segment.index == 0 else (study_dir, segment.dir_name)
-        path, filesystem = tune_storage(_join(*where))
+        path, filesystem = tune_storage(join_storage(*where))
         if len(segments) > 1:
             log(f"experiment {segment.number}/{len(segments)} of this study: {segment.trials} trial(s)", flush=True)
         if tune.Tuner.can_restore(path, storage_filesystem=filesystem):
@@ -269,7 +269,7 @@ def refused_by_config(grid) -> "str | None":
     return refused[0] if refused and all(refused) else None
 
 
-def _ranked_results(grid, metric: str) -> tuple[list, int]:
+def ranked_results(grid, metric: str) -> tuple[list, int]:
     """The results a best can be chosen from (no error, a last ``metric`` that did not diverge) and how many
     diverged (their last ``metric`` is NaN, or infinite though measured: reported as diverged, never chosen; see
     :func:`platform.config.run_schema.diverged`)."""
@@ -309,14 +309,14 @@ def lead_of(ranked: list, metric: str, mode: str):
     return lead_over(best, runner_up, mode)
 
 
-def _report(grid, space, tracker, parent_run_id, callback, answer, sweep_dir: str) -> str:
+def report_best(grid, space, tracker, parent_run_id, callback, answer, sweep_dir: str) -> str:
     """Print and log the best trial (or the Pareto front) of ``grid``, every ended trial of the study."""
     from platform.sweep.outputs import log_best
 
     if space.search.multi_objective:
-        return _report_pareto(grid, space, tracker, parent_run_id, callback, answer)
+        return report_pareto(grid, space, tracker, parent_run_id, callback, answer)
     metric, mode = space.search.metric, space.search.mode
-    finished, diverged = _ranked_results(grid, metric)
+    finished, diverged = ranked_results(grid, metric)
     failed = sum(1 for r in grid if r.error is not None)
     if not finished:
         print(f"no trial finished ({failed} failed, {diverged} diverged); see the child runs in MLflow",
@@ -338,7 +338,7 @@ def _report(grid, space, tracker, parent_run_id, callback, answer, sweep_dir: st
     trial_id = best.metrics.get("trial_id")
     answer.best = {"run_id": callback.runs.get(trial_id), "name": callback.names.get(trial_id, str(trial_id)),
                    "round": best.metrics.get("round"), "params": dict(params),
-                   **{k: best.metrics[k] for k in (metric, f"{metric}_std", *_REPORTED, *(f"{r}_std" for r in _REPORTED))
+                   **{k: best.metrics[k] for k in (metric, f"{metric}_std", *REPORTED, *(f"{r}_std" for r in REPORTED))
                       if best.metrics.get(k) is not None},
                    **({"lead_text": lead.text(), **lead.as_dict()} if lead is not None else {})}
     if answer.best["run_id"]:

@@ -41,10 +41,10 @@ def ray_cli(*args, env, timeout=180):
 def processes_of(temp_dir: str) -> list[int]:
     """The processes of the cluster whose session lives under ``temp_dir``, with all their descendants (Ray's
     workers retitle themselves, so they are found as children of the raylets)."""
-    from platform.cli import _descendants
+    from platform.cli import descendant_processes
 
     roots = [pid for pid, cmd in process_cmdlines().items() if temp_dir in cmd and pid != os.getpid()]
-    return sorted({pid for root in roots for pid in (root, *_descendants(root))})
+    return sorted({pid for root in roots for pid in (root, *descendant_processes(root))})
 
 
 def worker_raylet(temp_dir: str) -> int:

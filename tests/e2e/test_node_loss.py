@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.conftest import REPO_ROOT, mlflow_runs, process_cmdlines
-from platform.cli import _descendants
+from platform.cli import descendant_processes
 from tests.e2e.conftest import worker_raylet
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -35,7 +35,7 @@ def test_a_sweep_survives_the_loss_of_a_worker_node(cluster, tmp_path):
             titles = {cmd.split()[0] for cmd in process_cmdlines(on_node).values() if cmd}
             # the machine goes: its raylet and every process it started (the trial's own process or its actors),
             # at once; a worker left alone may outlive its raylet until the sweep has ended
-            node = [raylet, *_descendants(raylet)]
+            node = [raylet, *descendant_processes(raylet)]
             for pid in node:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -73,4 +73,4 @@ TRIAL_TITLES = ("ray::ImplicitFunc", "ray::ClientPool", "ray::ParameterServer") 
 def _trial_processes_under(raylet: int) -> list[int]:
     """Processes of a trial (its Tune process or its actors: a trial's placement group may put its process on one
     node and its actors on the other) that ``raylet`` started, i.e. that run on its node."""
-    return [pid for pid, cmd in process_cmdlines(_descendants(raylet)).items() if cmd.startswith(TRIAL_TITLES)]
+    return [pid for pid, cmd in process_cmdlines(descendant_processes(raylet)).items() if cmd.startswith(TRIAL_TITLES)]

@@ -22,7 +22,7 @@ def _run_watched(args: list[str], cwd: str, env: dict | None = None) -> tuple[su
     """Run ``python -m platform.run args`` as a user would, collecting every descendant it has while it runs."""
     import os
 
-    from platform.cli import _descendants
+    from platform.cli import descendant_processes
 
     proc = subprocess.Popen([sys.executable, "-m", "platform.run", *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
@@ -30,7 +30,7 @@ def _run_watched(args: list[str], cwd: str, env: dict | None = None) -> tuple[su
 
     def watch():
         while proc.poll() is None:
-            seen.update(_descendants(proc.pid))
+            seen.update(descendant_processes(proc.pid))
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)

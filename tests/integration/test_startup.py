@@ -17,16 +17,16 @@ _SCRIPT = textwrap.dedent("""
     from ray.util import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
     from platform import cli
-    from platform.cli import _descendants, _lean_head, _ray_init_options
+    from platform.cli import descendant_processes, lean_head, ray_init_options
 
     cli._start_reaper()
-    with _lean_head():
-        ray.init(**{**_ray_init_options(False), "num_cpus": 2})
+    with lean_head():
+        ray.init(**{**ray_init_options(False), "num_cpus": 2})
     cli.tell_reaper()
 
     def workers():  # Ray's worker processes (titled ray::IDLE, then ray::<actor>), not its agents
         found = set()
-        for pid in _descendants(os.getpid()):
+        for pid in descendant_processes(os.getpid()):
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as fh:
                     title = fh.read()

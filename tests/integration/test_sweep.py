@@ -250,7 +250,7 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
                                                                            capsys, monkeypatch):
     """kill -9 of a trial's own process mid-trial (a node or worker lost): Tune runs it again from its last
     checkpoint (search.max_failures, default 1); its one MLflow run continues, each round logged once."""
-    from platform.cli import _descendants
+    from platform.cli import descendant_processes
     from platform.sweep.command import main
     from platform.sweep.callback import MlflowSweepCallback
 
@@ -272,7 +272,7 @@ def test_a_trial_whose_process_is_killed_is_run_again_from_its_checkpoint(ray_lo
             return
         # the trial's own process (Ray sets its title), in this test's Ray instance (ray_local: our descendants;
         # never another run's trials on this machine)
-        for pid in _processes_titled("ray::ImplicitFunc", _descendants(os.getpid())):
+        for pid in _processes_titled("ray::ImplicitFunc", descendant_processes(os.getpid())):
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
@@ -312,7 +312,7 @@ def _sweep_until(args: list[str], marker: str, signum: int,
     """Run ``python -m platform.sweep args`` as a user would, send ``signum`` once a printed line contains
     ``marker`` (or after 240 s), and return its exit code and everything it printed. ``descendants``, if given,
     receives the pids of the driver's child processes (its local Ray cluster) just before the signal."""
-    from platform.cli import _descendants
+    from platform.cli import descendant_processes
 
     proc = subprocess.Popen([sys.executable, "-m", "platform.sweep", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -321,7 +321,7 @@ def _sweep_until(args: list[str], marker: str, signum: int,
         seen.append(line)
         if marker in line or time.time() > deadline:
             if descendants is not None:
-                descendants.extend(_descendants(proc.pid))
+                descendants.extend(descendant_processes(proc.pid))
             proc.send_signal(signum)
             break
     rest, _ = proc.communicate(timeout=240)

@@ -83,9 +83,9 @@ def test_sigterm_while_ray_starts_ends_the_command_with_nothing_left(tmp_path):
     ray_seen = []  # whether Ray's processes ran when the signal was sent (they may be gone once the command ends)
 
     def ray_starting(proc) -> bool:
-        from platform.cli import _descendants
+        from platform.cli import descendant_processes
 
-        seen.update(_descendants(proc.pid))
+        seen.update(descendant_processes(proc.pid))
         if any("gcs_server" in c or "raylet" in c for c in process_cmdlines(seen).values()):
             ray_seen.append(True)
         return bool(ray_seen)

@@ -17,15 +17,15 @@ def _starts_a_local_instance(call: ast.Call) -> bool:
     for keyword in call.keywords:
         if keyword.arg == "address":
             return isinstance(keyword.value, ast.Constant) and keyword.value.value == "local"
-        if keyword.arg is None and "_ray_init_options" in ast.unparse(keyword.value):  # platform.cli's: address local
+        if keyword.arg is None and "ray_init_options" in ast.unparse(keyword.value):  # platform.cli's: address local
             return True
     return False
 
 
 def test_every_benchmark_starts_its_own_local_ray():
-    from platform.cli import _ray_init_options
+    from platform.cli import ray_init_options
 
-    assert _ray_init_options(False)["address"] == "local"
+    assert ray_init_options(False)["address"] == "local"
     calls = {f"{path.name}:{call.lineno}": call for path in sorted(BENCHMARKS.glob("*.py")) for call in _ray_inits(path)}
     assert calls  # the check sees the benchmarks' ray.init calls
     joining = [where for where, call in calls.items() if not _starts_a_local_instance(call)]

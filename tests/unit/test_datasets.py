@@ -575,10 +575,10 @@ def test_digits_are_sklearns_load_digits_read_without_importing_sklearn():
 
     from sklearn.datasets import load_digits
 
-    from platform.data.datasets import _digits_images_and_labels
+    from platform.data.datasets import digits_images_and_labels
     from tests.conftest import REPO_ROOT
 
-    images, target = _digits_images_and_labels()
+    images, target = digits_images_and_labels()
     bunch = load_digits()
     assert images.dtype == bunch.images.dtype and target.dtype == bunch.target.dtype
     assert np.array_equal(images, bunch.images) and np.array_equal(target, bunch.target)

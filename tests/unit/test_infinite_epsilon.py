@@ -55,7 +55,7 @@ def test_epsilon_infinity_is_completed_logged_as_a_tag_and_read_back(tmp_path, c
     from mlflow.tracking import MlflowClient
 
     from platform.config.search_space import load_search_space
-    from platform.results.sweep_results import _trial
+    from platform.results.sweep_results import trial_row
     from platform.results.tracking import Tracker
     from platform.sweep.callback import MlflowSweepCallback
     from platform.sweep.optuna_store import StudyRecorder, load_study
@@ -84,7 +84,7 @@ def test_epsilon_infinity_is_completed_logged_as_a_tag_and_read_back(tmp_path, c
     assert "privacy_epsilon" not in run.data.metrics and "final_privacy_epsilon" not in run.data.metrics
     assert run.data.metrics["privacy_epsilon_std"] == 0.0
     assert [t.state.name for t in load_study(storage, "s").trials] == ["COMPLETE", "COMPLETE"]
-    read = _trial(run, {}, {}, (0,))
+    read = trial_row(run, {}, {}, (0,))
     assert read.metrics["privacy_epsilon"] == math.inf and read.per_seed("privacy_epsilon") == {0: math.inf}
     finite = client.get_run(callback.runs["0.4"])
     assert finite.data.metrics["privacy_epsilon"] == 0.4 and "privacy_epsilon" not in finite.data.tags
@@ -92,7 +92,7 @@ def test_epsilon_infinity_is_completed_logged_as_a_tag_and_read_back(tmp_path, c
 
 def test_the_pareto_front_and_its_plot_put_epsilon_infinity_at_the_non_private_end(tmp_path, no_warnings):
     from platform.results.sweep_artifacts import infinity_position
-    from platform.sweep.pareto import _front_plot, pareto_front
+    from platform.sweep.pareto import front_plot, pareto_front
 
     objectives = [("val_accuracy", "max"), ("privacy_epsilon", "min")]
     rows = [{"val_accuracy": 0.60, "privacy_epsilon": 0.1}, {"val_accuracy": 0.55, "privacy_epsilon": 0.4},
@@ -102,5 +102,5 @@ def test_the_pareto_front_and_its_plot_put_epsilon_infinity_at_the_non_private_e
     assert infinity_position([0.1, 0.4, math.inf]) == pytest.approx(0.4 + 0.3 / 5)  # past the largest finite ε
     assert infinity_position([0.01, 0.1, math.inf], "log") > 0.1 and infinity_position([0.1, 0.4]) is None
     path = tmp_path / "front.png"
-    _front_plot(rows, front, objectives, str(path), "fedaux_dp: Pareto front")
+    front_plot(rows, front, objectives, str(path), "fedaux_dp: Pareto front")
     assert path.stat().st_size > 0

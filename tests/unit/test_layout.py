@@ -111,6 +111,31 @@ def test_algorithms_never_import_the_platform():
             assert not [t for t in targets if t.startswith("platform")], f"{module} imports the platform"
 
 
+#: private modules that are a package's own machinery, imported by name (``from platform import _reaper``)
+PRIVATE_MODULES = {"_reaper", "_tune_fixes", "_cnn", "_resnet", "_mobile"}
+
+
+def private_imports() -> list[str]:
+    """``from platform.x import _name`` across modules: each module shows its neighbours a public surface, and a
+    name with a leading underscore is its own business."""
+    found = []
+    for module, path in MODULES.items():
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("platform",
+                                                                                              "algorithms"):
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__") \
+                            and alias.name not in PRIVATE_MODULES and node.module != module:
+                        found.append(f"{module} imports {node.module}.{alias.name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_name():
+    assert not private_imports(), "\n".join(private_imports())
+
+
 def test_no_import_circle():
     index, low, stack, on_stack, circles, counter = {}, {}, [], set(), [], [0]
 

@@ -13,7 +13,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 METHODS = os.path.join(REPO, "docs", "methods")
 PAGES = ("feded.md", "mnfl.md", "single_image.md", "fedaux.md", "fedkp_fedpa.md")
 
-#: ``docs/methods/feded.md §4.1``, ``docs/methods/fedaux.md §3.2 P1, §5``, ``docs/methods/x.md §2.4–§2.7``
+#: a page's path, then its sections: §4.1, §3.2 P1, §5, §2.4–§2.7 (a range names both ends)
 REFERENCE = re.compile(r"docs/methods/\s*([a-z_]+\.md)((?:\s*(?:,|;|–|-|and)?\s*§\d+(?:\.\d+)*)+)")
 SECTION = re.compile(r"§(\d+(?:\.\d+)*)")
 

@@ -46,13 +46,13 @@ def test_search_space_ranges_must_be_finite():
 
 
 def test_a_diverged_trial_is_never_the_best():
-    from platform.sweep.study import _ranked_results
+    from platform.sweep.study import ranked_results
 
     def result(value, error=None):
         return SimpleNamespace(error=error, metrics={"val_loss": value})
 
     grid = [result(0.5), result(math.nan), result(-math.inf), result(0.4), result(None, error=RuntimeError("x"))]
-    ranked, diverged = _ranked_results(grid, "val_loss")
+    ranked, diverged = ranked_results(grid, "val_loss")
     assert [r.metrics["val_loss"] for r in ranked] == [0.5, 0.4] and diverged == 2
 
 

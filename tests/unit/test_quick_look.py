@@ -39,18 +39,18 @@ def test_spread_indices_are_even_and_deterministic():
 def test_num_samples_on_a_grid_takes_points_spread_over_it(tmp_path):
     from platform.config.search_space import grid_points, load_search_space
     from platform.sweep import segments
-    from platform.sweep.study import _expected_trials
+    from platform.sweep.study import count_expected_trials
 
     path = _write(tmp_path, GRID)
     own = load_search_space(path)  # the file's num_samples on a grid: repetitions, as before
-    assert own.search.num_samples == 2 and len(grid_points(own)) == 5 and _expected_trials(own) == 10
+    assert own.search.num_samples == 2 and len(grid_points(own)) == 5 and count_expected_trials(own) == 10
     quick = load_search_space(path, num_samples=2)
     assert [p["clients.lr"] for p in grid_points(quick)] == [0.01, 0.05]
-    assert quick.search.num_samples == 1 and _expected_trials(quick) == 2 and quick.trials_per_cell() == [("", 2)]
+    assert quick.search.num_samples == 1 and count_expected_trials(quick) == 2 and quick.trials_per_cell() == [("", 2)]
     assert [p["clients.lr"] for s in segments.plan(quick) for p in s.grid_points] == [0.01, 0.05]  # what Tune gets
     repeated = load_search_space(path, num_samples=3, repeats=2)
-    assert [p["clients.lr"] for p in grid_points(repeated)] == [0.01, 0.03, 0.05] and _expected_trials(repeated) == 6
-    assert _expected_trials(load_search_space(path, repeats=3)) == 15
+    assert [p["clients.lr"] for p in grid_points(repeated)] == [0.01, 0.03, 0.05] and count_expected_trials(repeated) == 6
+    assert count_expected_trials(load_search_space(path, repeats=3)) == 15
     with pytest.raises(UserError, match="--repeats: repeats a grid"):
         load_search_space(_write(tmp_path, {**GRID, "parameters": {"clients.lr": {"loguniform": [0.01, 0.1]}},
                                             "search": {"searcher": "tpe", "num_samples": 4}}, "tpe"), repeats=2)
@@ -173,16 +173,16 @@ def test_tune_log_records_go_to_the_file_not_the_console(tmp_path):
 def test_the_error_line_names_the_traceback_in_tune_storage(tmp_path):
     from types import SimpleNamespace
 
-    from platform.sweep.callback import _error_log
+    from platform.sweep.callback import error_log
 
     def trial(kind):
         return SimpleNamespace(error_file="/tmp/staging/trial_1/error.txt", storage=SimpleNamespace(
             trial_fs_path="/runs/sweep/trial_1" if kind == "local" else "bucket/runs/sweep/trial_1",
             storage_filesystem=SimpleNamespace(type_name=kind)))
 
-    assert _error_log(trial("local")) == "/runs/sweep/trial_1/error.txt"
-    assert _error_log(trial("s3")) == "s3://bucket/runs/sweep/trial_1/error.txt"
-    assert _error_log(trial("gcs")) == "gs://bucket/runs/sweep/trial_1/error.txt"
+    assert error_log(trial("local")) == "/runs/sweep/trial_1/error.txt"
+    assert error_log(trial("s3")) == "s3://bucket/runs/sweep/trial_1/error.txt"
+    assert error_log(trial("gcs")) == "gs://bucket/runs/sweep/trial_1/error.txt"
 
 
 # ---- 7. Optuna studies named by their cells ----

@@ -3,14 +3,14 @@ import os
 import shlex
 
 from platform.sweep.command import main
-from platform.sweep.state import _default_storage, _resume_command
+from platform.sweep.state import default_storage, resume_command
 
 
 def test_the_resume_line_names_the_default_storage_too(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("FEDSWEEP_HOME", raising=False)
     monkeypatch.delenv("FEDSWEEP_STORAGE", raising=False)
-    line = _resume_command("smoke-20261128-010203-abcdef", _default_storage())
+    line = resume_command("smoke-20261128-010203-abcdef", default_storage())
     argv = shlex.split(line)
     assert argv[3:5] == ["--resume", "smoke-20261128-010203-abcdef"]
     assert argv[5] == "--storage-path" and argv[6] == os.path.join(str(tmp_path), "ray_results")

@@ -6,8 +6,8 @@ import types
 import pytest
 
 from platform.errors import UserError
-from platform.sweep.command import _resolve_resume, build_parser
-from platform.sweep.state import STATE_FILE, _start_state
+from platform.sweep.command import resolve_resume, build_parser
+from platform.sweep.state import STATE_FILE, start_state
 
 SWEEP = "smoke-20261128-110000-abcdef"
 STORED = ["rounds=6", "clients.lr=0.1", "clients.augment=none"]
@@ -18,7 +18,7 @@ def storage(tmp_path):
     invocation = {"name": "smoke", "overrides": STORED, "num_samples": 2, "repeats": None,
                   "tracking_uri": f"sqlite:///{tmp_path}/m.db", "cache_dir": None, "no_cache": False,
                   "optuna_storage": None, "preset": None, "stand_in": False}
-    _start_state(str(tmp_path / "tune" / SWEEP), "parent-run-id", invocation["tracking_uri"],
+    start_state(str(tmp_path / "tune" / SWEEP), "parent-run-id", invocation["tracking_uri"],
                  types.SimpleNamespace(path="search_spaces/smoke.yaml"), invocation)
     assert (tmp_path / "tune" / SWEEP / STATE_FILE).is_file()
     return str(tmp_path / "tune")
@@ -27,7 +27,7 @@ def storage(tmp_path):
 def _resume(storage: str, *sets: str):
     args = build_parser().parse_args(["--resume", SWEEP, "--storage-path", storage,
                                       *[part for s in sets for part in ("--set", s)]])
-    return args, _resolve_resume(args)
+    return args, resolve_resume(args)
 
 
 @pytest.mark.parametrize("sets", [STORED, STORED[::-1], ["rounds=6"], ["rounds=6.0", "clients.lr=1e-1"], []])

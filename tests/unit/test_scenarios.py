@@ -60,17 +60,17 @@ def test_cell_space_builds_the_cells_config_with_its_own_sampler_seed(tmp_path):
 
 
 def test_expected_trials_count_every_cell(tmp_path):
-    from platform.sweep.study import _expected_trials
+    from platform.sweep.study import count_expected_trials
 
     tpe = load_search_space(write(tmp_path, {"partition.alpha": [10, 1, 0.1]}))
-    assert _expected_trials(tpe) == 9
+    assert count_expected_trials(tpe) == 9
     grid = load_search_space(write(tmp_path, {"partition.alpha": [10, 1]}, {"clients.lr": {"grid": [0.01, 0.1]}},
                                    {"searcher": "grid", "num_samples": 1}, name="grid"))
-    assert _expected_trials(grid) == 4  # each cell runs its own full grid
+    assert count_expected_trials(grid) == 4  # each cell runs its own full grid
 
 
 def test_when_on_a_scenario_key_keeps_the_parameter_only_where_it_holds(tmp_path):
-    from platform.sweep.study import _expected_trials
+    from platform.sweep.study import count_expected_trials
 
     path = write(tmp_path, {"algorithm.name": ["fedavg", "fedprox"]},
                  {"algorithm.mu": {"loguniform": [0.001, 1.0], "when": {"algorithm.name": "fedprox"}}},
@@ -79,7 +79,7 @@ def test_when_on_a_scenario_key_keeps_the_parameter_only_where_it_holds(tmp_path
     fedavg, fedprox = space.cell_space(0), space.cell_space(1)
     assert fedavg.parameters == {} and (fedavg.search.searcher, fedavg.search.num_samples) == ("grid", 1)
     assert list(fedprox.parameters) == ["algorithm.mu"] and fedprox.parameters["algorithm.mu"].when == {}
-    assert fedprox.search.searcher == "tpe" and _expected_trials(space) == 1 + 3
+    assert fedprox.search.searcher == "tpe" and count_expected_trials(space) == 1 + 3
 
 
 def test_set_on_a_scenario_key_pins_that_dimension(tmp_path):
@@ -179,24 +179,24 @@ def test_the_cli_refuses_a_bad_scenario_in_one_line_before_writing_anything(tmp_
 
 
 def test_resume_refuses_a_run_with_other_cells(tmp_path):
-    from platform.sweep.state import STATE_FILE, _check_resumable
+    from platform.sweep.state import STATE_FILE, check_resumable
 
     space = load_search_space(write(tmp_path, {"partition.alpha": [10, 1]}))
     run = tmp_path / "tune" / "scen-20260101-000000"
     os.makedirs(run)
     state = {"parent_run_id": "x", "scenarios": ["partition.alpha=10", "partition.alpha=1"], "cells_done": {}}
     (run / STATE_FILE).write_text(json.dumps(state))
-    _check_resumable(str(run), space)  # the same cells: fine
+    check_resumable(str(run), space)  # the same cells: fine
     (run / STATE_FILE).write_text(json.dumps({**state, "scenarios": ["partition.alpha=10"]}))
     with pytest.raises(UserError, match="--resume: .* has scenario cells partition.alpha=10, the space now has"):
-        _check_resumable(str(run), space)
+        check_resumable(str(run), space)
     (run / STATE_FILE).write_text(json.dumps({"parent_run_id": "x"}))  # a run of the space before it had scenarios
     with pytest.raises(UserError, match="has no scenarios"):
-        _check_resumable(str(run), space)
+        check_resumable(str(run), space)
 
 
 def test_best_per_cell_table_has_one_row_per_cell(tmp_path):
-    from platform.sweep.cells import _cells_csv
+    from platform.sweep.cells import cells_csv
 
     space = load_search_space(write(tmp_path, {"partition.alpha": [10, 0.1]}, search={"metric": "val_accuracy"}))
     rows = [{"cell": 1, "scenario": "partition.alpha=10", "values": {"partition.alpha": 10}, "sampler_seed": 5,
@@ -204,7 +204,7 @@ def test_best_per_cell_table_has_one_row_per_cell(tmp_path):
              "val_accuracy": 0.9, "test_accuracy": 0.88, "test_loss": 0.4, "params": {"clients.lr": 0.05}},
             {"cell": 2, "scenario": "partition.alpha=0.1", "values": {"partition.alpha": 0.1}, "sampler_seed": 6,
              "trials_finished": 0, "trials_failed": 3}]
-    lines = _cells_csv(rows, space).strip().splitlines()
+    lines = cells_csv(rows, space).strip().splitlines()
     assert lines[0] == ("cell,scenario,partition.alpha,sampler_seed,trials_finished,trials_failed,best_trial,"
                         "best_run_id,round,val_accuracy,val_accuracy_std,test_accuracy,test_accuracy_std,test_loss,"
                         "test_loss_std,lead,lead_se,lead_p,within_noise,best.clients.lr")

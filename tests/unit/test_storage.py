@@ -105,13 +105,13 @@ def test_the_filesystem_tune_pickles_carries_no_credentials(s3_bucket, monkeypat
 
 def test_resume_finds_the_newest_unfinished_sweep_in_a_bucket(s3_bucket):
     """``--resume <space>`` lists the sweeps under an s3:// storage and reads their state files through pyarrow."""
-    from platform.sweep.state import STATE_FILE, _latest_unfinished, _read_state
+    from platform.sweep.state import STATE_FILE, latest_unfinished, read_state
 
     tune = f"s3://{s3_bucket}/tune"
     for sweep, status in (("smoke-20261126-010000-aaaaaa", "interrupted"), ("smoke-20261126-020000-bbbbbb", "running"),
                           ("smoke-20261126-030000-cccccc", "completed"), ("other-20261126-040000-dddddd", "running")):
         write_bytes(join(tune, sweep, STATE_FILE), f'{{"status": "{status}", "parent_run_id": "{sweep}"}}'.encode())
-    found = _latest_unfinished(tune, "smoke")
+    found = latest_unfinished(tune, "smoke")
     assert found == f"{tune}/smoke-20261126-020000-bbbbbb"
-    assert _read_state(found)["parent_run_id"] == "smoke-20261126-020000-bbbbbb"
-    assert _latest_unfinished(f"s3://{s3_bucket}/nothing-here", "smoke") is None
+    assert read_state(found)["parent_run_id"] == "smoke-20261126-020000-bbbbbb"
+    assert latest_unfinished(f"s3://{s3_bucket}/nothing-here", "smoke") is None

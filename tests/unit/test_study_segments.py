@@ -82,13 +82,13 @@ def test_the_next_segments_study_starts_with_every_finished_trial(tmp_path):
 
 def test_a_segments_searcher_continues_the_history(tmp_path):
     """Tune's Optuna searcher built for a later segment sees the earlier trials (TPE leaves its random start-up)."""
-    from platform.sweep.study import _make_searcher
+    from platform.sweep.study import make_searcher
 
     space = _space(tmp_path)
     outcomes = [seg.TrialOutcome({"val_accuracy": 0.1 * i, "round": 1},
                                  {"algorithm.name": "fedavg", "clients.lr": 0.005 + 0.01 * i,
                                   "clients.local_epochs": 1}) for i in range(12)]
-    searcher = _make_searcher(space, 2, outcomes)
+    searcher = make_searcher(space, 2, outcomes)
     assert len(searcher._ot_study.trials) == 12
     assert searcher._sampler._rng.rng.random() != optuna.samplers.TPESampler(seed=0)._rng.rng.random()
 

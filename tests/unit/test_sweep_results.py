@@ -548,11 +548,11 @@ def test_report_header_shows_the_whole_question_the_preset_and_the_overrides(tra
 
 
 def test_question_ends_at_the_first_sentence_outside_brackets_and_abbreviations():
-    from platform.results.report import _question
+    from platform.results.report import question_of
 
-    assert _question("Is A (Fig. 8, eq. 3.4) better than B? Then more.") == "Is A (Fig. 8, eq. 3.4) better than B?"
-    assert _question("See Alg. 2 for the method. Then more.") == "See Alg. 2 for the method."
-    assert _question("A question without an end\n\nSecond paragraph.") == "A question without an end"
+    assert question_of("Is A (Fig. 8, eq. 3.4) better than B? Then more.") == "Is A (Fig. 8, eq. 3.4) better than B?"
+    assert question_of("See Alg. 2 for the method. Then more.") == "See Alg. 2 for the method."
+    assert question_of("A question without an end\n\nSecond paragraph.") == "A question without an end"
 
 
 def test_html_tables_fit_1280_px(tmp_path):
