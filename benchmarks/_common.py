@@ -28,7 +28,7 @@ def machine_line() -> str:
         import ray
 
         ray_version = ray.__version__
-    except ImportError:  # the lent GPU machines have no Ray (benchmarks.round_throughput --in-process)
+    except ImportError:  # a GPU machine without Ray (benchmarks.round_throughput --in-process)
         ray_version = "not installed"
     return (f"{os.cpu_count()} CPU cores, torch {torch.__version__} ({torch.get_num_threads()} threads by "
             f"default), Ray {ray_version}, Python {sys.version.split()[0]}, "
@@ -39,15 +39,15 @@ def machine_line() -> str:
 def local_ray(num_cpus: int = 2, object_store_mib: Optional[int] = None, as_platform: bool = False):
     """A fresh local Ray instance (as the tests start one; with ``as_platform``, as ``platform.run`` and
     ``platform.sweep.command`` start theirs: workers preloading the actors' module, no API server, monitor or log monitor, see
-    ``platform.cli._lean_head``), shut down afterwards."""
+    ``platform.cli.lean_head``), shut down afterwards."""
     import ray
 
     kwargs = {"object_store_memory": object_store_mib * 1024 ** 2} if object_store_mib else {}
     if as_platform:
-        from platform.cli import _lean_head, _ray_init_options
+        from platform.cli import lean_head, ray_init_options
 
-        with _lean_head():
-            ray.init(**{**_ray_init_options(False), "num_cpus": num_cpus, "configure_logging": False, **kwargs})
+        with lean_head():
+            ray.init(**{**ray_init_options(False), "num_cpus": num_cpus, "configure_logging": False, **kwargs})
     else:
         ray.init(address="local", num_cpus=num_cpus, log_to_driver=False, include_dashboard=False,
                  configure_logging=False, **kwargs)
@@ -319,7 +319,7 @@ VERDICT_SE = 2.0  # a lead counts when it is more than this many standard errors
 def verdict(lead: float, se: float) -> str:
     """The verdict on a claim from its lead (positive: the paper's direction) and that lead's standard error over
     seeds: ``holds`` beyond VERDICT_SE standard errors in the paper's direction, ``does not hold`` beyond them the
-    other way, ``within noise`` otherwise (REPRODUCTION.md states this rule in its header; a claim the setting
+    other way, ``within noise`` otherwise (docs/benchmarks/reproduction.md states this rule in its header; a claim the setting
     cannot test is written "cannot be tested here", with the number that shows why, by hand)."""
     if se is None or not se >= 0:
         raise ValueError(f"a verdict needs the lead's standard error, got {se!r}")

@@ -1,4 +1,4 @@
-"""The sweep driver's memory over many short trials (issue 18, defect 9).
+"""The sweep driver's memory over many short trials.
 
 Runs ``python -m platform.sweep`` as a user would on a one-round random search of ``--trials`` trials (digits,
 6 clients, 2 trials at once), samples the driver process's resident memory (VmRSS) every second, and prints it

@@ -1,4 +1,4 @@
-"""FedAUX vs FedDF+P vs FedDF on the embedded default (the paper's Table I ordering, spec/fedaux.md §7).
+"""FedAUX vs FedDF+P vs FedDF on the embedded default (the paper's Table I ordering, docs/methods/fedaux.md §7).
 
     python -m benchmarks.fedaux_learning [--seeds 0,1,2,3,4] [--rounds 10] [--distill-lr 0.001] [--epsilon 0.1]
                                          [--arms FedDF,FedDF+P,FedAUX] [--json]

@@ -1,4 +1,4 @@
-"""FedED's students against their teachers on the embedded default (spec/feded.md §2.4–§2.7, §7.1; issue 16).
+"""FedED's students against their teachers on the embedded default (docs/methods/feded.md §2.4–§2.7, §7.1).
 
     python -m benchmarks.feded_learning [--seeds 1,2,3,4,5] [--alphas 10,1,0.1,0.01] [--schemes w0,w1,w2]
                                         [--schedules LR:STEPS[,LR:STEPS...]] [--space feded_beta] [--cache-dir DIR]

@@ -1,8 +1,8 @@
-"""The FedProx μ curve: is accuracy flat for small μ? (spec/feded.md §2.3, thesis μ grid {0.01, 0.1, 0.5, 1})
+"""The FedProx μ curve: is accuracy flat for small μ? (docs/methods/feded.md §2.3, thesis μ grid {0.01, 0.1, 0.5, 1})
 
     python -m benchmarks.fedprox_mu [--seeds 0,1,2,3,4] [--rounds 30] [--alpha 0.1] [--mus 0,0.001,...] [--json]
 
-The FedED thesis's FedAvg/FedProx setting (spec/feded.md §4, Table 4.1 setup): 10 clients, all participating,
+The FedED thesis's FedAvg/FedProx setting (docs/methods/feded.md §4, Table 4.1 setup): 10 clients, all participating,
 Dirichlet(α) label skew, E = 1 local epoch, SGD with momentum 0.9, μ = 0.1 as the reported value, tuned over
 {0.01, 0.1, 0.5, 1}. Its code never applied the proximal term (§2.3), so the thesis has no real μ curve; this one
 is FedProx with the term applied. Scaled to embedded digits (about 130 training images per client): batch 16 and

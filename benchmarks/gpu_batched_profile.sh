@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 35 on a lent GPU machine (no Ray, MLflow or Optuna there; nothing installed): where the batched client step
+# On a GPU machine without Ray (no Ray, MLflow or Optuna there; nothing installed): where the batched client step
 # spends its time, then the round-throughput table. Run from the repository root; every output goes to $OUT.
 #   bash benchmarks/gpu_batched_profile.sh
-# 1. benchmarks.profile_batched, 100 leaf_cnn clients: dropout masks drawn on the host (as before) and on the device
-#    (the default now), each with the profiler's tables (15 rows); then 1,000 clients both ways, timings only.
+# 1. benchmarks.profile_batched, 100 leaf_cnn clients: dropout masks drawn on the host (--masks host) and on the device
+#    (the default), each with the profiler's tables (15 rows); then 1,000 clients both ways, timings only.
 # 2. benchmarks/gpu_round_throughput.sh: raw loop, sequential pool, batched pool and `auto`'s pick per workload.
 # On an H200 it took about 8.5 minutes (cifar_pfl_1000 alone 3): give the device call 600 s.
 OUT=${OUT:-/tmp/gpu_rt}; mkdir -p "$OUT"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # --estimate of every paper preset on stand-in data, on the GPU node this runs on (fedsweep installed, as on a
-# cluster node): writes the table into benchmarks/RESULTS.md (section 11) and, with $OUT set, a copy there.
+# cluster node): writes the table into docs/benchmarks/paper_presets.md and, with $OUT set, a copy there.
 # Run from the repository root:  bash benchmarks/gpu_paper_presets.sh [--gpus 8]
 set -euo pipefail
 export PYTHONUNBUFFERED=1

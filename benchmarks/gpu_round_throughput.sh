@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# round_throughput on a lent GPU machine: no Ray and no pip install there, so the platform paths run one ClientPool
+# round_throughput on a GPU machine without Ray: no Ray and no pip install there, so the platform paths run one ClientPool
 # in-process and our `platform` package is put first by hand. Run from the repository root; each run's output goes
 # to $OUT (default /tmp/gpu_rt). One process per (workload, batched convolutions): workload:timeout_s:rounds:conv.
 OUT=${OUT:-/tmp/gpu_rt}; mkdir -p "$OUT"

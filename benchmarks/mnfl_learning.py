@@ -1,4 +1,4 @@
-"""MNFL against its baselines on the embedded default (the paper's Table 1 ordering, spec/mnfl.md §6, §9).
+"""MNFL against its baselines on the embedded default (the paper's Table 1 ordering, docs/methods/mnfl.md §6, §9).
 
     python -m benchmarks.mnfl_learning [--seeds 0,1,2,3,4] [--rounds 30] [--arms MNFL,FedDF,FedMD,...] [--json]
 

@@ -3,15 +3,15 @@
     python -m benchmarks.mnfl_scale [--clients 20,100] [--per-round 20] [--rounds 10] [--timing-clients 20]
                                     [--raw-threads 2] [--cpus 2] [--quiet-wait 60] [--json]
 
-Setting: the ``mnfl_rho`` search space's base config (digits 8×8, exactly 2 classes per client with 10 %
-validation and 25 % test per client, the first 30 % of the training set as the unlabelled public pool, all of
+Setting: the ``mnfl_rho`` search space's base config (digits 8×8, its partition with each client's validation and
+test splits, the first 30 % of the training set as the unlabelled public pool, all of
 it used per round, four architectures cnn / mlp / fedavg_cnn / resnet8_narrow in contiguous blocks, E = 20,
 batch 128, lr 0.01, MNFL with its defaults), one seed (0), ``resources.cpu`` = ``--cpus`` (default 2: two
 client actors of one thread each and a parameter server), with ``clients.num_clients`` = N and
 ``clients.clients_per_round`` = min(``--per-round``, N). MNFL keeps every trained client's model in
 ``client.state``: the parameter server's client-state store holds it between rounds
 (:mod:`platform.runtime.state_store`), hands it to the actor that trains the client and commits the new one
-after the round; client actors keep nothing per client. The issue measured: the memory grows with the states
+after the round; client actors keep nothing per client. What it measures: whether the memory grows with the states
 actually held, and a round copies nothing that stays.
 
 1. Memory, for each N of ``--clients``: ``--rounds`` R rounds on the platform

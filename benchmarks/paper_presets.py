@@ -1,5 +1,5 @@
 """``--estimate`` for every paper preset of the named sweeps, on stand-in data: one table of seconds per round, peak
-memory and the whole sweep's predicted wall time and GPU-hours, written into ``benchmarks/RESULTS.md``.
+memory and the whole sweep's predicted wall time and GPU-hours, written into ``docs/benchmarks/paper_presets.md``.
 
     python -m benchmarks.paper_presets [--gpus 8] [--presets paper] [--set stand_in_fraction=0.05] [--no-write]
 
@@ -18,7 +18,7 @@ import time
 
 SPACES = ("feded_beta", "mnfl_rho", "single_image_pruning", "fedaux_dp", "fedkp_bandwidth", "fedpa_shrinkage_burnin")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(REPO, "benchmarks", "RESULTS.md")
+RESULTS = os.path.join(REPO, "docs", "benchmarks", "paper_presets.md")
 START, END = "<!-- paper-presets:start -->", "<!-- paper-presets:end -->"
 
 
@@ -85,7 +85,7 @@ def write_results(text: str) -> None:
     if START in content and END in content:
         content = content[:content.index(START)] + block + content[content.index(END) + len(END):]
     else:
-        content = content.rstrip() + "\n\n## 11. The paper presets' cost (`--estimate`)\n\n" + block + "\n"
+        content = content.rstrip() + "\n\n## Figures\n\n" + block + "\n"
     with open(RESULTS, "w") as fh:
         fh.write(content)
 

@@ -8,8 +8,8 @@ K clients of ``--samples`` random samples train one epoch batched (:func:`train_
 warm up, then once timed and once under the profiler; then ``--sequential`` of them train in turn
 (``train_local``) for the per-client cost of the plain loop. Prints the wall seconds and the profiler's top rows by
 self CPU time and, on a GPU, by self device time (``--no-profile``: the timings alone). ``--masks host`` draws a GPU
-step's dropout masks on the host and copies them over, as before :data:`~algorithms.common.batched_training.
-MASKS_ON_DEVICE`, to measure the difference.
+step's dropout masks on the host and copies them over, as :data:`~algorithms.common.batched_training.
+MASKS_ON_DEVICE` = False does, to measure the difference.
 """
 from __future__ import annotations
 

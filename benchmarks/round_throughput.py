@@ -22,8 +22,8 @@ run two ways, one after the other on the same cores:
 
 ``--in-process`` replaces Ray in (b) and (c) by one :class:`platform.runtime.actors.ClientPool` (the client
 actor's own class) hosting every client in this process, with the server's aggregation and evaluation done here as
-in (a): the platform's client code without Ray's calls and transfers (for a machine without Ray, such as the lent
-GPU machines, or to separate the two). ``--device cuda`` runs (a), (b) and (c) on the GPU (``resources.gpu = 1``;
+in (a): the platform's client code without Ray's calls and transfers (for a GPU machine without Ray,
+or to separate the two). ``--device cuda`` runs (a), (b) and (c) on the GPU (``resources.gpu = 1``;
 with Ray, one client actor holds it).
 
 Each reports the median seconds per round over ``--rounds`` rounds after one warm-up round; ``ratio`` is
@@ -45,7 +45,7 @@ Workloads:
   random values, built here and handed to the runtime as arrays via ``SharedData``), 50 clients per round,
   batch 10, 1 local epoch, SGD lr 0.1, the 2-conv CNN (32, 64 channels, max-pool, dense 128: ``leaf_cnn``,
   the Reddi et al. / pfl-research CNN). Test set: 1,000 synthetic images (evaluated every round).
-- ``cifar_pfl_1000``: the same with all 1,000 clients in every round (the GPU variant issue 19 asks for).
+- ``cifar_pfl_1000``: the same with all 1,000 clients in every round (a GPU workload).
 
 The machine is shared: ``other load`` is the average number of cores other processes used during each
 measurement; figures taken with other load well above 0 are not comparable.
@@ -373,7 +373,7 @@ def main(argv=None) -> int:
                         help="where every path trains and evaluates (default cpu; cuda: resources.gpu = 1)")
     parser.add_argument("--in-process", action="store_true",
                         help="the platform paths run one ClientPool in this process instead of Ray actors "
-                             "(a machine without Ray, such as the lent GPU machines)")
+                             "(for a machine without Ray, such as a GPU node with nothing installed)")
     parser.add_argument("--batched-convolutions", choices=("default", "grouped", "products"), default="default",
                         help="how the batched path computes convolutions in this process (--in-process): vmap's "
                              "grouped convolutions, or unfold + batched matrix products (default: grouped, "

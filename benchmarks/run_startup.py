@@ -1,4 +1,4 @@
-"""A single run's whole-process wall time against a plain PyTorch script doing the same rounds (issue 19).
+"""A single run's whole-process wall time against a plain PyTorch script doing the same rounds.
 
     python -m benchmarks.run_startup [--repeats 3] [--rounds 20] [--quiet-wait 60] [--baseline DIR]
 

@@ -31,8 +31,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def default_spaces() -> list[str]:
-    # feded_beta is no longer a default: since it became a grid of 7 β per α cell over 10 seeds,
-    # --num-samples N means N repetitions of that grid in each of its 4 cells (RESULTS.md §4 measured the old space)
+    # not feded_beta: it is a grid of 7 β per α cell over 10 seeds, so --num-samples N means N repetitions of
+    # that grid in each of its 4 cells (docs/benchmarks/sweep_cache.md says which space its figures measured)
     return ["fedkp_bandwidth"]
 
 

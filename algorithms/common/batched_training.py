@@ -18,7 +18,7 @@ order, dropout masks and optimiser give the same models up to float rounding. Ho
   workload's Dirichlet partition). A client's smaller last batch is padded to the step's batch size with
   loss weight 0 (the mean over its real samples; padding gets no gradient), so a step is one call, when the model
   has no BatchNorm and the loss is cross-entropy; with BatchNorm the padding would enter the batch statistics, so
-  the prefix is split into runs of equal batch size, one call each (measured in benchmarks/RESULTS.md §1).
+  the prefix is split into runs of equal batch size, one call each (measured in docs/benchmarks/batched_clients.md).
 - **Optimiser.** ``torch.optim``'s own functional SGD / Adam (:func:`torch.optim.sgd.sgd`,
   :func:`torch.optim.adam.adam`) step the stacked views with the hyperparameters
   :meth:`LocalTraining.optimizer_defaults` reads off the optimiser ``train_local`` builds. Both are elementwise,
@@ -63,13 +63,13 @@ from algorithms.common.training import LocalTraining, augment, augment_draws, ep
 
 #: ``clients.batched: auto`` trains batched on a CPU only where parameters × batch size is at most this: the
 #: per-operation overhead of small models is what batching removes; larger work per step is compute-bound, and
-#: there the grouped convolutions vmap produces run slower than K separate ones (benchmarks/RESULTS.md §1).
+#: there the grouped convolutions vmap produces run slower than K separate ones (docs/benchmarks/batched_clients.md).
 AUTO_MAX_WORK_CPU = 2_000_000
 
 
 #: The devices on which the batched loop computes convolutions as unfold + batched matrix products
 #: (:class:`_ConvolutionsAsProducts`) instead of the grouped convolutions ``vmap`` makes of them: none by default.
-#: Measured (benchmarks/RESULTS.md §1, ``round_throughput --batched-convolutions``): on a CPU the products are slower
+#: Measured (docs/benchmarks/batched_clients.md, ``round_throughput --batched-convolutions``): on a CPU the products are slower
 #: for all but the smallest models; on an H200, with the dropout masks drawn on the device, they were slower at 100
 #: and at 1,000 clients (0.86 against 0.63 s and 8.14 against 7.77 s per leaf_cnn epoch).
 CONVOLUTIONS_AS_PRODUCTS_ON: frozenset = frozenset()
@@ -77,7 +77,7 @@ CONVOLUTIONS_AS_PRODUCTS_ON: frozenset = frozenset()
 #: On a GPU, draw each client's dropout masks on the device (from a device generator seeded by the client's
 #: own generator) rather than on the host from the client's generator, then copied over. Host masks were the
 #: batched GPU step's largest cost: leaf_cnn's first dropout is 12,544 values a sample, so 1,000 clients × 10
-#: samples draw 125 M host values a step (benchmarks/RESULTS.md §1). Off only to measure the difference
+#: samples draw 125 M host values a step (docs/benchmarks/batched_clients.md). Off only to measure the difference
 #: (``benchmarks.profile_batched --masks host``).
 MASKS_ON_DEVICE = True
 
@@ -99,7 +99,7 @@ def batching_obstacle(model: nn.Module, cfg: LocalTraining) -> Optional[str]:
 def prefers_batched(model: nn.Module, batch_size: int, num_clients: int,
                     device: torch.device) -> tuple[bool, str]:
     """``clients.batched: auto``'s rule: whether batching ``num_clients`` clients is expected to be faster than
-    training them in turn, and why (measured on this repository's benchmarks, benchmarks/RESULTS.md §1)."""
+    training them in turn, and why (measured on this repository's benchmarks, docs/benchmarks/batched_clients.md)."""
     if num_clients < 2:
         return False, "one client in the group: nothing to batch"
     if device.type == "cuda":
@@ -167,7 +167,7 @@ class _ConvolutionsAsProducts:
     while the batched loop runs: ``unfold`` then a matrix product with the weight, the same convolution up to float
     rounding. Under ``vmap`` that product becomes one batched matrix product over the K clients, where ``vmap`` of
     ``conv2d`` becomes a grouped convolution (K groups). Off by default (:data:`CONVOLUTIONS_AS_PRODUCTS_ON`):
-    measured, neither way is clearly faster (benchmarks/RESULTS.md §1)."""
+    measured, neither way is clearly faster (docs/benchmarks/batched_clients.md)."""
 
     def __init__(self, model: nn.Module, enabled: bool = True):
         self.modules = [m for m in model.modules() if type(m) is nn.Conv2d and m.groups == 1

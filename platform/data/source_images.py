@@ -11,7 +11,7 @@
   have and photos lack: a blank background and a few thick smooth strokes, curves and loops per crop, at the
   stroke width digits have after the crop pipeline's rescaling (about a sixth of a 32-pixel crop at the
   pool's median scale). It draws no digit and reads no private data: it was fixed before any run, from these
-  statistics alone, and then compared with the photo on validation accuracy (benchmarks/REPRODUCTION.md).
+  statistics alone, and then compared with the photo on validation accuracy (docs/benchmarks/reproduction.md, row 7).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A 150-trial soak: many short trials through one driver, as a user runs them. Every trial ends with exactly one
 finished MLflow run and nothing is left RUNNING. (The driver's memory over such a sweep is a benchmark figure:
-``python -m benchmarks.driver_memory``, benchmarks/RESULTS.md §9.)"""
+``python -m benchmarks.driver_memory``, docs/benchmarks/driver_memory.md.)"""
 import subprocess
 import sys
 

@@ -1,4 +1,4 @@
-"""benchmarks/REPRODUCTION.md's verdicts come from one rule (benchmarks._common.verdict): every `lead ± SE → verdict`
+"""docs/benchmarks/reproduction.md's verdicts come from one rule (benchmarks._common.verdict): every `lead ± SE → verdict`
 in its claims table is recomputed here from the table's own numbers."""
 import os
 import re
@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks._common import verdict
 
-TABLE = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "REPRODUCTION.md")
+TABLE = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "benchmarks", "reproduction.md")
 JUDGED = re.compile(r"([+−-]\d+\.\d+) ± (\d+\.\d+) SE → \*\*(holds|does not hold|within noise)\*\*")
 
 
