@@ -92,20 +92,24 @@ FEATURES_STAGE = "fedaux_distill_features"
 @dataclass(frozen=True)
 class FedAUXHyperparams(FedDFHyperparams):
     lam: float = spec(0.1, doc="λ, ℓ2 regularisation of the scoring logistic regression in mean-loss units "
-                               "(docs/methods/fedaux.md §3.2 Eq. 9, §5: 0.1; the authors' exec.sh used 0.01). Larger λ: "
+                               "(docs/methods/fedaux.md §3.2 Eq. 9, §5: 0.1; the authors' exec.sh used 0.01). "
+                               "Larger λ: "
                                "less DP noise relative to w*, but scores collapse towards 0.5 (uniform FedDF).",
                       gt=0)
-    epsilon: float = spec(0.1, doc="ε of the (ε, δ)-DP release of the scoring weights (docs/methods/fedaux.md §4: 0.1); "
+    epsilon: float = spec(0.1, doc="ε of the (ε, δ)-DP release of the scoring weights (docs/methods/fedaux.md "
+                                   "§4: 0.1); "
                                    ".inf = non-private (σ = 0).", gt=0, allow_inf=True)
     delta: float = spec(1e-5, doc="δ of the (ε, δ)-DP release (docs/methods/fedaux.md §4: 1e-5).", gt=0, lt=1)
     xi: float = spec(DEFAULT_XI, doc="ξ, added to every certainty score so that Σ_j s_j(x) > 0 "
                                      "(docs/methods/fedaux.md §3.2 Eq. 11: 1e-8).", ge=0)
-    feature_norm: str = spec("public_clip", doc="γ normalisation of h_0 features (docs/methods/fedaux.md §11 item 2): "
+    feature_norm: str = spec("public_clip", doc="γ normalisation of h_0 features (docs/methods/fedaux.md "
+                                                "§11 item 2): "
                                                 "public_clip (γ from D⁻ only, per-sample clipping; DP-sound, "
                                                 "[rec]) | paper_max (γ_i = max norm over D_i ∪ D⁻, the paper's).",
                              choices=FEATURE_NORM_MODES)
     negatives_fraction: float = spec(0.2, doc="Share of the public pool used as negatives D⁻: its last "
-                                              "⌊fraction·|D_aux|⌋ samples (docs/methods/fedaux.md §3.2 P0: 0.2); must "
+                                              "⌊fraction·|D_aux|⌋ samples (docs/methods/fedaux.md §3.2 P0: 0.2); "
+                                              "must "
                                               "not overlap D_distill: distill_fraction + negatives_fraction ≤ 1.",
                                      gt=0, lt=1)
 

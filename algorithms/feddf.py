@@ -1,4 +1,5 @@
-"""FedDF: ensemble distillation for robust model fusion (Lin et al. 2020), as FedAUX runs it (docs/methods/fedaux.md §2).
+"""FedDF: ensemble distillation for robust model fusion (Lin et al. 2020), as FedAUX runs it (docs/methods/fedaux.md
+§2).
 
 Each round (r = 1, 2, …; ``ServerState.round`` = r − 1 completed rounds):
 
@@ -90,7 +91,8 @@ STEP_SCHEDULES = ("constant", "cosine_restart")
 
 @dataclass(frozen=True)
 class FedDFHyperparams:
-    distill_lr: float = spec(5e-5, doc="η, Adam learning rate of server distillation (docs/methods/fedaux.md §2 Eq. 3, §5: "
+    distill_lr: float = spec(5e-5, doc="η, Adam learning rate of server distillation (docs/methods/fedaux.md "
+                                       "§2 Eq. 3, §5: "
                                        "5e-5; the single-image paper used 5e-3).", gt=0)
     distill_batch_size: int = spec(128, doc="Distillation batch size (docs/methods/fedaux.md §2, §5: 128).", ge=1)
     distill_epochs: int = spec(1, doc="Passes over D_distill per round (docs/methods/fedaux.md §2, §5: 1 epoch); "
@@ -101,31 +103,38 @@ class FedDFHyperparams:
     temperature: float = spec(1.0, doc="τ, softmax temperature of teacher and student in the KL, with τ² "
                                        "scaling (docs/methods/fedaux.md §5, §11.8: none, i.e. 1).", gt=0)
     distill_fraction: float = spec(0.8, doc="Share of the public pool D_aux distilled on: its first "
-                                            "⌊fraction·|D_aux|⌋ samples, D_distill (docs/methods/fedaux.md §3.2 P0: "
+                                            "⌊fraction·|D_aux|⌋ samples, D_distill (docs/methods/fedaux.md "
+                                            "§3.2 P0: "
                                             "0.8; the rest is FedAUX's D⁻). 1 = the whole pool.", gt=0, le=1)
     bn_mode: str = spec("train", doc="BatchNorm of the student during distillation: train (batch statistics, "
                                      "running statistics updated, as the reference codes) | eval (running "
                                      "statistics fixed) (docs/methods/fedaux.md §10 #7, §11.9).", choices=BN_MODES)
     reset_optimizer: bool = spec(False, doc="false (default): each server model's distillation Adam keeps its "
-                                            "moments across rounds, as the FedAUX code (docs/methods/fedaux.md §10 #8, "
+                                            "moments across rounds, as the FedAUX code (docs/methods/fedaux.md "
+                                            "§10 #8, "
                                             "§11.10 recommends matching it); true: a fresh Adam every round, as "
                                             "the single-image code (docs/methods/single_image.md A7).")
     logit_clip: Optional[float] = spec(None, doc="c of the logit 'clipping' LN_c on training-time logits of clients "
-                                                 "and student (docs/methods/single_image.md §4.3: 2.5); null = off.", gt=0)
+                                                 "and student (docs/methods/single_image.md §4.3: 2.5); null = "
+                                                 "off.", gt=0)
     fedavg_init_every: int = spec(1, doc="P = 1/ρ: FedAvg warm start of the server models in rounds r ≤ 1 and "
                                          "r ≡ 0 (mod P), else distil on from last round's model "
-                                         "(docs/methods/single_image.md §4.1–4.2; FedDF/FedAUX: 1, every round).", ge=1)
+                                         "(docs/methods/single_image.md §4.1–4.2; FedDF/FedAUX: 1, every "
+                                         "round).", ge=1)
     val_checkpoint_every: Optional[int] = spec(None, doc="Keep the distillation checkpoint with the best server "
                                                          "validation accuracy, scored after step 1, every this many "
-                                                         "steps and at the end (docs/methods/single_image.md §4.2: 50); "
-                                                         "null = keep the last iterate (docs/methods/fedaux.md §11.8).",
+                                                         "steps and at the end (docs/methods/single_image.md §4.2: "
+                                                         "50); "
+                                                         "null = keep the last iterate (docs/methods/fedaux.md "
+                                                         "§11.8).",
                                                ge=1)
     step_schedule: str = spec("constant", doc="Distillation steps over rounds: constant | cosine_restart "
                                               "(cosine annealing with warm restarts from the round's budget down "
                                               "to schedule_min_steps, docs/methods/single_image.md §4.6).",
                               choices=STEP_SCHEDULES)
     schedule_min_steps: Optional[int] = spec(None, doc="S_min of the cosine_restart schedule "
-                                                       "(docs/methods/single_image.md §4.6: 250 with S_max 500).", ge=0)
+                                                       "(docs/methods/single_image.md §4.6: 250 with S_max "
+                                                       "500).", ge=0)
     schedule_period: int = spec(5, doc="P_s, period in rounds of the cosine_restart schedule "
                                        "(docs/methods/single_image.md §4.6: 5).", ge=2)
 

@@ -1,4 +1,5 @@
-"""FedED: one-shot federated ensemble distillation with the weighting schemes w0/w1/w2 (docs/methods/feded.md §2.4–§2.7).
+"""FedED: one-shot federated ensemble distillation with the weighting schemes w0/w1/w2 (docs/methods/feded.md
+§2.4–§2.7).
 
 One communication round. Each client k trains its own model (any architecture) from the common
 initialisation for E local epochs, then sends once (the *client stage*, cached by ``mode: one_round``):
@@ -325,8 +326,8 @@ def _with_latent(ae: nn.Module, latent: int) -> nn.Module:
 class FedED(Algorithm):
     name = "feded"
     Hyperparams = FedEDHyperparams
-    #: The thesis's FedED client training (docs/methods/feded.md §3, §6): SGD lr 1e-3, momentum 0.9, E = 20 local epochs,
-    #: batch 64 (MNIST/EMNIST). Applied under the user's config: any clients.* key a config sets wins. Not
+    #: The thesis's FedED client training (docs/methods/feded.md §3, §6): SGD lr 1e-3, momentum 0.9, E = 20 local
+    #: epochs, batch 64 (MNIST/EMNIST). Applied under the user's config: any clients.* key a config sets wins. Not
     #: dataset-dependent: EMNIST's code used E = 50 and CIFAR-10 batch 80 (set them).
     config_defaults = {"clients": {"local_epochs": 20, "batch_size": 64, "optimizer": "sgd", "lr": 1e-3,
                                    "momentum": 0.9}}
@@ -441,7 +442,8 @@ class FedED(Algorithm):
 
     def client_update(self, payload: dict, client: ClientContext) -> ClientUpdate:
         if client.public_x is None:
-            raise ValueError("feded needs public data: set public.source (e.g. train_split, docs/methods/feded.md §4.2)")
+            raise ValueError("feded needs public data: set public.source (e.g. train_split, docs/methods/feded.md "
+                             "§4.2)")
         model = client.model
         self._reset_to_initial(model)
         train_loss = train_local(model, client.x, client.y, client.training, client.generator,

@@ -1,4 +1,5 @@
-"""MNFL: personalised knowledge transfer through a learned coefficient matrix c (docs/methods/mnfl.md §2, §3, §8, §10).
+"""MNFL: personalised knowledge transfer through a learned coefficient matrix c (docs/methods/mnfl.md §2, §3, §8,
+§10).
 
 Every client keeps its own model (any architecture) in ``client.state``; model parameters never leave it. The
 server holds only c (N×N, ``c[m, n]`` = weight of teacher m for student n, columns on the simplex, see
@@ -185,7 +186,8 @@ class MNFL(Algorithm):
     def check_setting(self, setting: Setting) -> None:
         if setting.public_source == "none":
             raise ConfigError("public.source", f"{self.name} distils on public data: set public.source (e.g. "
-                                               f"dataset, docs/methods/mnfl.md §4: MNIST for EMNIST/FMNIST, CIFAR-100 for "
+                                               "dataset, docs/methods/mnfl.md §4: MNIST for EMNIST/FMNIST, CIFAR-100 "
+                                               "for "
                                                f"CIFAR-10)")
 
     def uploads_distilled_predictions(self) -> bool:

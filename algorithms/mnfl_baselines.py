@@ -1,4 +1,5 @@
-"""MNFL's heterogeneous-model baselines FedMD, Sim-pFL and TopK-pFL (docs/methods/mnfl.md §5, §3, §10 #28, #35; §11).
+"""MNFL's heterogeneous-model baselines FedMD, Sim-pFL and TopK-pFL (docs/methods/mnfl.md §5, §3, §10 #28, #35;
+§11).
 
 All three are :class:`algorithms.mnfl.MNFL` with a different rule for the teacher weights: the client procedure
 (personalised model in ``client.state``; distil R passes towards Q_n, train E epochs privately, upload tempered
@@ -76,7 +77,8 @@ class FedMDHyperparams(MNFLClientHyperparams):
 @dataclass(frozen=True)
 class SimPFLHyperparams(MNFLClientHyperparams):
     similarity_weights: str = spec("clipped", doc="Sim-pFL teacher weights from the cosine of soft predictions: "
-                                                  "clipped (c ∝ max(cos, 0), self = 1; docs/methods/mnfl.md §5 [REC]) | "
+                                                  "clipped (c ∝ max(cos, 0), self = 1; docs/methods/mnfl.md "
+                                                  "§5 [REC]) | "
                                                   "minmax (c ∝ cos − min cos, the reference code; §5 [EXT], §11)",
                                    choices=SIMILARITY_WEIGHTINGS)
 

@@ -1,4 +1,5 @@
-"""pFedDF: FedDF judged per client after local fine-tuning, MNFL's personalised baseline (docs/methods/mnfl.md §5, §10 #29).
+"""pFedDF: FedDF judged per client after local fine-tuning, MNFL's personalised baseline (docs/methods/mnfl.md §5,
+§10 #29).
 
 §5: "start from FedDF's fused prototype models at the last round. Each client then fine-tunes its prototype on its
 private data for 'several' epochs" (the footnote's "pFedD" is a typo). Training is :class:`algorithms.feddf.FedDF`'s,
@@ -72,17 +73,20 @@ from algorithms.feddf import FedDF, FedDFHyperparams
 
 @dataclass(frozen=True)
 class PFedDFHyperparams(FedDFHyperparams):
-    distill_batch_size: int = spec(256, doc="Server distillation batch size (docs/methods/mnfl.md §3, §4: public batch "
+    distill_batch_size: int = spec(256, doc="Server distillation batch size (docs/methods/mnfl.md §3, §4: public "
+                                            "batch "
                                             "256 for all methods; FedDF's default is 128).", ge=1)
     distill_fraction: float = spec(1.0, doc="Share of the public pool distilled on: its first "
                                             "⌊fraction·|pool|⌋ samples, from which public_size draws (pFedDF: 1, "
                                             "the whole pool; FedDF keeps 0.8 for FedAUX's negatives).", gt=0, le=1)
     public_size: Optional[int] = spec(3000, doc="N_pub, public samples drawn afresh every round for the clients' "
-                                                "logits and the server's distillation (docs/methods/mnfl.md §3, §4, §10 #18: "
+                                                "logits and the server's distillation (docs/methods/mnfl.md §3, §4, "
+                                                "§10 #18: "
                                                 "3000, as MNFL); null = FedDF's fixed distillation pool.", ge=1)
     finetune_epochs: int = spec(5, doc="E_ft, epochs a copy of the client's architecture's server model is "
                                        "fine-tuned on the client's private data before it is scored on the client's "
-                                       "splits (docs/methods/mnfl.md §5 'several', §10 #29: 5); 0 = plain FedDF scored per "
+                                       "splits (docs/methods/mnfl.md §5 'several', §10 #29: 5); 0 = plain FedDF "
+                                       "scored per "
                                        "client (Table 1's FedDF row).", ge=0)
 
 

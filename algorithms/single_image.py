@@ -88,11 +88,13 @@ POOL_SIZINGS = ("paper", "whole")
 @dataclass(frozen=True)
 class SingleImageHyperparams(FedDFHyperparams):
     # FedDF's fields with the single-image code's values (docs/methods/single_image.md §4.2, §5).
-    distill_lr: float = spec(5e-3, doc="η_s, server Adam learning rate (docs/methods/single_image.md §5: 5e-3; Table 11: "
+    distill_lr: float = spec(5e-3, doc="η_s, server Adam learning rate (docs/methods/single_image.md §5: 5e-3; "
+                                       "Table 11: "
                                        ">= 5e-2 is known bad).", gt=0)
     distill_batch_size: int = spec(512, doc="B_d, distillation batch (docs/methods/single_image.md §5: 512, or 32 in "
                                             "Tables 1, 3, 4, 6; changes passes per round 16x, §8 A24).", ge=1)
-    distill_steps: Optional[int] = spec(500, doc="Distillation steps per round (docs/methods/single_image.md §4.2: 500; "
+    distill_steps: Optional[int] = spec(500, doc="Distillation steps per round (docs/methods/single_image.md "
+                                                 "§4.2: 500; "
                                                  "250 in Tables 5, 7, 8, 9, 11); null = distill_epochs passes.",
                                         ge=0)
     distill_fraction: float = spec(1.0, doc="Does not apply: the selection picks from the whole pool; must be 1.",
@@ -100,19 +102,23 @@ class SingleImageHyperparams(FedDFHyperparams):
     reset_optimizer: bool = spec(True, doc="true (default): a fresh server Adam every round, as the single-image "
                                            "code (docs/methods/single_image.md §8 A7); false: keep its moments.")
     logit_clip: Optional[float] = spec(2.5, doc="c of LN_c on training-time logits of clients and student "
-                                                "(docs/methods/single_image.md §4.3: 2.5 in every run); null = off.", gt=0)
+                                                "(docs/methods/single_image.md §4.3: 2.5 in every run); null = "
+                                                "off.", gt=0)
     fedavg_init_every: int = spec(5, doc="P = 100/ρ: FedAvg warm start in rounds r <= 1 and r ≡ 0 (mod P) "
-                                         "(docs/methods/single_image.md §4.1: ρ = 20 %, P = 5; 1 = every round).", ge=1)
+                                         "(docs/methods/single_image.md §4.1: ρ = 20 %, P = 5; 1 = every "
+                                         "round).", ge=1)
     val_checkpoint_every: Optional[int] = spec(50, doc="Keep the distillation checkpoint with the best server "
                                                        "validation accuracy, scored after step 1, every this many "
-                                                       "steps and at the end (docs/methods/single_image.md §4.2: 50); null "
+                                                       "steps and at the end (docs/methods/single_image.md §4.2: 50); "
+                                                       "null "
                                                        "= the last iterate (no labelled server data needed).", ge=1)
     # Selection (docs/methods/single_image.md §3).
     num_distill: int = spec(5000, doc="s, the selected crops per round that K-means sizing aims at "
                                       "(docs/methods/single_image.md §2.4: 5000).", ge=1)
     entropy: bool = spec(True, doc="Entropy (confidence) pruning after K-means (docs/methods/single_image.md §3.3).")
     entropy_rate: float = spec(0.9, doc="e, share of each predicted class removed by entropy pruning "
-                                        "(docs/methods/single_image.md §3.3: 0.9; Table 9b: 0.1, 0.5, 0.9).", ge=0, lt=1)
+                                        "(docs/methods/single_image.md §3.3: 0.9; Table 9b: 0.1, 0.5, "
+                                        "0.9).", ge=0, lt=1)
     entropy_mode: str = spec("top", doc="H^E: top (remove the most confident, the paper's) | bottom | random "
                                         "(docs/methods/single_image.md §3.3).", choices=ENTROPY_MODES)
     entropy_score: str = spec("maxprob", doc="Confidence score: maxprob (max softmax, the code's and Alg. 3's) | "
@@ -120,9 +126,11 @@ class SingleImageHyperparams(FedDFHyperparams):
                                              "(docs/methods/single_image.md §8 A2).", choices=ENTROPY_SCORES)
     entropy_random_as_in_code: bool = spec(False, doc="random removal draws with replacement, as the code (may "
                                                       "remove fewer, docs/methods/single_image.md §3.3).")
-    kmeans: bool = spec(True, doc="K-means class balancing before entropy pruning (docs/methods/single_image.md §3.2).")
+    kmeans: bool = spec(True, doc="K-means class balancing before entropy pruning (docs/methods/single_image.md "
+                                  "§3.2).")
     pool_sizing: str = spec("paper", doc="Which crops the selection starts from. paper: as the paper's arms at "
-                                         "equal s (docs/methods/single_image.md §2.4, §3.4, Table 5): the first s crops "
+                                         "equal s (docs/methods/single_image.md §2.4, §3.4, Table 5): the first s "
+                                         "crops "
                                          "with neither stage (its 'no selection' pool), the first ⌊s/(1 − e)⌋ "
                                          "with entropy pruning only, the whole pool with K-means. whole: always "
                                          "the whole pool (neither stage then distils on all of it).",
@@ -136,11 +144,14 @@ class SingleImageHyperparams(FedDFHyperparams):
     kmeans_mix: float = spec(50.0, doc="mixed: percent of each quota taken from the easy end (spec §3.2: 50).",
                              ge=0, le=100)
     kmeans_keep_ratio: Optional[float] = spec(None, doc="s_K = ⌊ratio·N_pool⌋ instead of the paper's ⌊s/(1 − e)⌋ "
-                                                        "(docs/methods/single_image.md §3.4, §9), so K-means acts in the "
+                                                        "(docs/methods/single_image.md §3.4, §9), so K-means acts in "
+                                                        "the "
                                                         "main configuration; null = the paper's sizing.", gt=0, le=1)
-    easy_as_in_code: bool = spec(False, doc="easy behaves as the code's (mixed 50-50, docs/methods/single_image.md §3.2, "
+    easy_as_in_code: bool = spec(False, doc="easy behaves as the code's (mixed 50-50, docs/methods/single_image.md "
+                                            "§3.2, "
                                             "§8 A4); false = easy as the paper (100 % nearest).")
-    client_mu: float = spec(0.0, doc="μ of FedProx clients (docs/methods/single_image.md §4.5: 2.0 in 'Ours w/ FedProx'); "
+    client_mu: float = spec(0.0, doc="μ of FedProx clients (docs/methods/single_image.md §4.5: 2.0 in "
+                                     "'Ours w/ FedProx'); "
                                      "0 = plain local training.", ge=0)
     fedprox_as_in_code: bool = spec(False, doc="the code's FedProx penalty (μ/2)(Σ(θ − θ_t))² instead of "
                                                "(μ/2)‖θ − θ_t‖² (docs/methods/single_image.md §8 A13).")
@@ -156,7 +167,8 @@ class SingleImageHyperparams(FedDFHyperparams):
 @torch.no_grad()
 def embed_and_predict(model, x: torch.Tensor, batch_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(z, logits) of every input in one batched eval-mode pass: z = ``model.features(x)`` (the penultimate
-    embedding after global pooling, docs/methods/single_image.md §3.1) and the head's raw logits, float32 on the CPU."""
+    embedding after global pooling, docs/methods/single_image.md §3.1) and the head's raw logits, float32 on the
+    CPU."""
     model.eval()
     features, logits = [], []
     for rows in inference_slices(model, x, batch_size):

@@ -319,8 +319,8 @@ VERDICT_SE = 2.0  # a lead counts when it is more than this many standard errors
 def verdict(lead: float, se: float) -> str:
     """The verdict on a claim from its lead (positive: the paper's direction) and that lead's standard error over
     seeds: ``holds`` beyond VERDICT_SE standard errors in the paper's direction, ``does not hold`` beyond them the
-    other way, ``within noise`` otherwise (docs/benchmarks/reproduction.md states this rule in its header; a claim the setting
-    cannot test is written "cannot be tested here", with the number that shows why, by hand)."""
+    other way, ``within noise`` otherwise (docs/benchmarks/reproduction.md states this rule in its header; a claim the
+    setting cannot test is written "cannot be tested here", with the number that shows why, by hand)."""
     if se is None or not se >= 0:
         raise ValueError(f"a verdict needs the lead's standard error, got {se!r}")
     if abs(lead) > VERDICT_SE * se:

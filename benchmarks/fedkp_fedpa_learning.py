@@ -1,4 +1,5 @@
-"""FedKP_cm and FedPA against FedAvg on the thesis's MNIST setup, scaled to embedded digits (docs/methods/fedkp_fedpa.md §11).
+"""FedKP_cm and FedPA against FedAvg on the thesis's MNIST setup, scaled to embedded digits (docs/methods/fedkp_fedpa.md
+§11).
 
     python -m benchmarks.fedkp_fedpa_learning [--seeds 0,1,2,3,4] [--rounds 50] [--alpha 0.1] [--arms ...] [--json]
     python -m benchmarks.fedkp_fedpa_learning --base fedpa_shrinkage_burnin --arms FedAvg,FedPA

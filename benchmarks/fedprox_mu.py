@@ -1,4 +1,5 @@
-"""The FedProx μ curve: is accuracy flat for small μ? (docs/methods/feded.md §2.3, thesis μ grid {0.01, 0.1, 0.5, 1})
+"""The FedProx μ curve: is accuracy flat for small μ? (docs/methods/feded.md §2.3, thesis μ grid
+{0.01, 0.1, 0.5, 1})
 
     python -m benchmarks.fedprox_mu [--seeds 0,1,2,3,4] [--rounds 30] [--alpha 0.1] [--mus 0,0.001,...] [--json]
 

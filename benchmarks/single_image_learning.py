@@ -1,4 +1,5 @@
-"""Does one image's crops, with selection, distil as well as real public images? (docs/methods/single_image.md, Tables 1, 2)
+"""Does one image's crops, with selection, distil as well as real public images? (docs/methods/single_image.md,
+Tables 1, 2)
 
     python -m benchmarks.single_image_learning [--seeds 0,1,2,3,4] [--rounds 20] [--alpha 1.0] [--json]
 

@@ -121,7 +121,8 @@ def _tune_run(space, num_samples: int, cache_root: str, storage: str, name: str,
     param_space = {"params": tune.grid_search(grid_points(space))} if search.searcher == "grid" else None
     tuner = tune.Tuner(
         trainable, param_space=param_space,
-        tune_config=tune.TuneConfig(search_alg=make_searcher(space), scheduler=make_scheduler(space, base_config.rounds),
+        tune_config=tune.TuneConfig(search_alg=make_searcher(space),
+                                    scheduler=make_scheduler(space, base_config.rounds),
                                     num_samples=num_samples, metric=search.metric, mode=search.mode,
                                     max_concurrent_trials=search.max_concurrent_trials,
                                     reuse_actors=True),
@@ -202,7 +203,8 @@ def main(argv=None) -> int:
                              "summary in the driver when the trial starts)")
     parser.add_argument("--json", action="store_true", help="also print one JSON line per case")
     parser.add_argument("--plain-ray", action="store_true",
-                        help="start Ray with a plain ray.init (Ray's default local instance) instead of as platform.sweep.command starts "
+                        help="start Ray with a plain ray.init (Ray's default local instance) instead of as "
+                             "platform.sweep.command starts "
                              "its local instance (workers preloading the actors' module, a lean head)")
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]

@@ -69,9 +69,9 @@ AUTO_MAX_WORK_CPU = 2_000_000
 
 #: The devices on which the batched loop computes convolutions as unfold + batched matrix products
 #: (:class:`_ConvolutionsAsProducts`) instead of the grouped convolutions ``vmap`` makes of them: none by default.
-#: Measured (docs/benchmarks/batched_clients.md, ``round_throughput --batched-convolutions``): on a CPU the products are slower
-#: for all but the smallest models; on an H200, with the dropout masks drawn on the device, they were slower at 100
-#: and at 1,000 clients (0.86 against 0.63 s and 8.14 against 7.77 s per leaf_cnn epoch).
+#: Measured (docs/benchmarks/batched_clients.md, ``round_throughput --batched-convolutions``): on a CPU the products are
+#: slower for all but the smallest models; on an H200, with the dropout masks drawn on the device, they were slower at
+#: 100 and at 1,000 clients (0.86 against 0.63 s and 8.14 against 7.77 s per leaf_cnn epoch).
 CONVOLUTIONS_AS_PRODUCTS_ON: frozenset = frozenset()
 
 #: On a GPU, draw each client's dropout masks on the device (from a device generator seeded by the client's

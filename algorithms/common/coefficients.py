@@ -1,7 +1,7 @@
 """MNFL's server-side knowledge-coefficient matrix ``c`` (docs/methods/mnfl.md §1, §2.1 Eqs. 2, 4, 6, 7; §8; §10).
 
-Convention (docs/methods/mnfl.md §1, §8 "Indexing", §10 #6): ``c`` is an N×N tensor and ``c[m, n]`` is the weight that
-teacher client m gets in student client n's target. **Column n** holds client n's weights, so columns are
+Convention (docs/methods/mnfl.md §1, §8 "Indexing", §10 #6): ``c`` is an N×N tensor and ``c[m, n]`` is the weight
+that teacher client m gets in student client n's target. **Column n** holds client n's weights, so columns are
 normalised (each column lies on the probability simplex) and the targets are ``Q[n] = Σ_m c[m, n] · S[m]``,
 i.e. ``einsum('mn,mbk->nbk', c, S)``. (The KT-pFL reference code stores the transpose; do not mix the two.)
 
@@ -265,7 +265,8 @@ TOPK_SELECTIONS = ("topk", "median")
 def check_topk(k) -> int:
     """K ≥ 1 clients kept by TopK-pFL (spec §3: 5). Raises ConfigError('algorithm.topk')."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ConfigError("algorithm.topk", f"topk (clients kept per student, docs/methods/mnfl.md §3) must be an integer "
+        raise ConfigError("algorithm.topk", "topk (clients kept per student, docs/methods/mnfl.md §3) must be an "
+                                            "integer "
                                             f">= 1, got {k!r}")
     return k
 

@@ -17,8 +17,8 @@ Teachers that are not normalised (FedED-w1, spec §2.5) are used as they are by 
 and normalised by ``kl_soft``. Zero teacher entries contribute 0 to the KL (0·log 0 = 0).
 
 For logit ensembles (FedDF, FedAUX): :func:`weighted_logit_ensemble` forms the teacher logits
-Σ_k ω_k(x) f_k(x) / Σ_k ω_k(x) (docs/methods/fedaux.md Eq. 4 with uniform ω, Eq. 7 with certainty scores), to be used
-with ``kl_soft`` and ``teacher_kind="logits"``. :func:`logit_norm` is the single-image paper's logit
+Σ_k ω_k(x) f_k(x) / Σ_k ω_k(x) (docs/methods/fedaux.md Eq. 4 with uniform ω, Eq. 7 with certainty scores), to be
+used with ``kl_soft`` and ``teacher_kind="logits"``. :func:`logit_norm` is the single-image paper's logit
 "clipping" LN_c (docs/methods/single_image.md §4.3), applied to student logits by the caller's loss. ``distill``'s
 ``bn_eval`` keeps BatchNorm layers in eval mode while the rest of the model trains (docs/methods/fedaux.md §11.9), and
 its ``on_step`` hook sees the model after each step (validation-based checkpoint choice, single_image §4.2).
@@ -69,7 +69,8 @@ def kl_soft(student_logits: torch.Tensor, teacher: torch.Tensor, temperature: fl
 
 
 def logit_norm(logits: torch.Tensor, c: Optional[float]) -> torch.Tensor:
-    """LN_c(z) = c·z/‖z‖₂ for rows with ‖z‖₂ > 1/c, z otherwise (docs/methods/single_image.md §4.3); c = None: z."""
+    """LN_c(z) = c·z/‖z‖₂ for rows with ‖z‖₂ > 1/c, z otherwise (docs/methods/single_image.md §4.3);
+    c = None: z."""
     if c is None:
         return logits
     norm = logits.norm(dim=1, keepdim=True)

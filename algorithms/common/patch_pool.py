@@ -1,4 +1,5 @@
-"""The single-image method's distillation pool: many small augmented crops of one photo (docs/methods/single_image.md §2).
+"""The single-image method's distillation pool: many small augmented crops of one photo (docs/methods/single_image.md
+§2).
 
 :func:`make_patch_pool` expands one source image into ``size`` crops of ``out_size``×``out_size`` pixels,
 deterministically from ``seed``, with the official pipeline of spec §2.2 (in this order, all on the uint8 image):

@@ -1,4 +1,5 @@
-"""Per-round subset selection of the single-image pool (docs/methods/single_image.md §3), as pure functions over tensors.
+"""Per-round subset selection of the single-image pool (docs/methods/single_image.md §3), as pure functions over
+tensors.
 
 The server runs the current global model ``M_G`` once (eval mode) over the whole pool and hands the outputs here
 (no model inside this module; spec §3.1):

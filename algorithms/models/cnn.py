@@ -79,7 +79,8 @@ def _cnn3(input_shape, num_classes):
     """FedED MNIST CNN3 (docs/methods/feded.md §5.1): N_Ch = 16; 8,266 params on 1×28×28, 10 classes.
 
     This is the true 16-channel CNN3. The reference code's factory returned CNN2 for "mnist_cnn3", so the
-    thesis's MNIST "CNN3" numbers are really CNN2's (docs/methods/feded.md §5.1 caveat); use ``cnn2`` to reproduce them.
+    thesis's MNIST "CNN3" numbers are really CNN2's (docs/methods/feded.md §5.1 caveat); use ``cnn2`` to reproduce
+    them.
     """
     return one_conv_cnn(input_shape, num_classes, 16)
 
@@ -100,8 +101,8 @@ def _emnist_cnn2(input_shape, num_classes):
 
 @register("emnist_cnn3")
 def _emnist_cnn3(input_shape, num_classes):
-    """FedED EMNIST CNN3 (docs/methods/feded.md §5.2, Table A.3): Conv8(5×5,p2) → ReLU → MaxPool2 → Conv16(5×5,p2) →
-    ReLU → MaxPool2 → Flatten(784) → Linear; 23,834 params on 1×28×28, 26 classes.
+    """FedED EMNIST CNN3 (docs/methods/feded.md §5.2, Table A.3): Conv8(5×5,p2) → ReLU → MaxPool2 →
+    Conv16(5×5,p2) → ReLU → MaxPool2 → Flatten(784) → Linear; 23,834 params on 1×28×28, 26 classes.
 
     This is the post-2022-05-02 definition the table describes, not the older, bigger net (spec §5.2).
     """

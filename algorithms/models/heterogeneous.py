@@ -1,9 +1,9 @@
 """Client → architecture assignment for model-heterogeneous runs (MNFL, FedAUX "mixed", single-image hetero).
 
 MNFL's reference uses contiguous blocks: with 20 clients and [LeNet, AlexNet, ResNet-18, ShuffleNetV2],
-clients 0–4 are LeNet, 5–9 AlexNet, 10–14 ResNet-18 and 15–19 ShuffleNetV2 (docs/methods/mnfl.md §4, §10 item 25).
-When the clients do not split evenly, the **last** blocks get one client more: the single-image paper's 20
-clients over [ResNet-8, WRN-16-4, ResNet-20] are 6/7/7 (docs/methods/single_image.md §4.6). Which data partition a
+clients 0–4 are LeNet, 5–9 AlexNet, 10–14 ResNet-18 and 15–19 ShuffleNetV2 (docs/methods/mnfl.md §4,
+§10 item 25). When the clients do not split evenly, the **last** blocks get one client more: the single-image paper's
+20 clients over [ResNet-8, WRN-16-4, ResNet-20] are 6/7/7 (docs/methods/single_image.md §4.6). Which data partition a
 client gets is the partitioner's business; MNFL §10 item 25 recommends a seeded random one, so architecture
 and data distribution stay uncorrelated.
 """

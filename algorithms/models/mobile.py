@@ -6,8 +6,8 @@ the usual CIFAR adaptation, so a 32×32 image ends in a 4×4 map (total stride 8
 - ShuffleNetV2: stem conv stride 1 instead of 2, and no stem max-pool.
 Everything else (widths, blocks, torchvision's init) is torchvision's. The stem conv takes the input's channels.
 
-Used by MNFL (ShuffleNetV2 clients, docs/methods/mnfl.md §4) and FedAUX (docs/methods/fedaux.md §6.2). FedAUX's own nets
-differ: a half-width MobileNetV2 with 640-d features and ShuffleNet **v1** (groups 2, 800-d); these are the
+Used by MNFL (ShuffleNetV2 clients, docs/methods/mnfl.md §4) and FedAUX (docs/methods/fedaux.md §6.2). FedAUX's own
+nets differ: a half-width MobileNetV2 with 640-d features and ShuffleNet **v1** (groups 2, 800-d); these are the
 torchvision v2 nets with 1280-d and 1024-d features.
 """
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Residual networks.
 
-- ``resnet8`` (FedAUX, docs/methods/fedaux.md §6.2) and ``resnet18`` (MNFL's "CIFAR-style" ResNet-18, docs/methods/mnfl.md §4,
-  §11): torchvision's ``ResNet`` with BasicBlocks, a 3×3 stride-1 stem and no max-pool; widths 64/128/256/512,
-  so both have **512-d features**.
+- ``resnet8`` (FedAUX, docs/methods/fedaux.md §6.2) and ``resnet18`` (MNFL's "CIFAR-style" ResNet-18,
+  docs/methods/mnfl.md §4, §11): torchvision's ``ResNet`` with BasicBlocks, a 3×3 stride-1 stem and no max-pool;
+  widths 64/128/256/512, so both have **512-d features**.
 - ``resnet18_imagenet_stem``: the FedED thesis's CIFAR-10 ResNet-18 (docs/methods/feded.md §5.3): torchvision
   ``resnet18`` with the ImageNet stem kept, and Dropout(0.5) before the final linear layer.
 - ``resnet8_narrow`` and ``resnet20``: the He et al. CIFAR ResNets (16/32/64 widths, 64-d features) of the

@@ -75,26 +75,33 @@ class PartitionConfig:
     kind: str = spec("dirichlet", doc="How training data is split over clients; see platform.data.PARTITIONS: "
                                       "iid | dirichlet | lda | hierarchical_lda | classes_per_client | "
                                       "unequal_classes | natural.")
-    alpha: float = spec(0.5, doc="Dirichlet concentration α (smaller = more skew): dirichlet (docs/methods/feded.md §4.2, "
-                                 "docs/methods/fedaux.md §6.1), lda (docs/methods/fedkp_fedpa.md §7.1), the coarse-level α of "
+    alpha: float = spec(0.5, doc="Dirichlet concentration α (smaller = more skew): dirichlet (docs/methods/feded.md "
+                                 "§4.2, "
+                                 "docs/methods/fedaux.md §6.1), lda (docs/methods/fedkp_fedpa.md §7.1), the "
+                                 "coarse-level α of "
                                  "hierarchical_lda (§7.4), unequal_classes (docs/methods/mnfl.md §10 #19).", gt=0)
     min_share: float = spec(0.01, doc="Redraw until every client's summed class share exceeds this (§4.2).", ge=0,
                             lt=1)
     equal_sizes: bool = spec(False, doc="dirichlet only: FedAUX's Sinkhorn-balanced variant with equal client "
                                         "sizes (docs/methods/fedaux.md §6.1); ignores min_share.")
     samples_per_client: Optional[int] = spec(None, doc="N, samples per client for lda / hierarchical_lda "
-                                                       "(docs/methods/fedkp_fedpa.md §7.1); null = §7.2's class-balanced "
+                                                       "(docs/methods/fedkp_fedpa.md §7.1); null = §7.2's "
+                                                       "class-balanced "
                                                        "pool, N = C·⌊min_c N^c / K⌋.", ge=1)
-    beta: float = spec(10.0, doc="β, the fine-label concentration of hierarchical_lda (docs/methods/fedkp_fedpa.md §7.4; "
+    beta: float = spec(10.0, doc="β, the fine-label concentration of hierarchical_lda (docs/methods/fedkp_fedpa.md "
+                                 "§7.4; "
                                  "β = 10 there).", gt=0)
     lda_quirk_compat: bool = spec(False, doc="lda / hierarchical_lda: keep the authors' no-op renormalisation "
-                                             "(missing mass to the last label; docs/methods/fedkp_fedpa.md §7.1, §12 A15).")
+                                             "(missing mass to the last label; docs/methods/fedkp_fedpa.md §7.1, "
+                                             "§12 A15).")
     classes_per_client: Optional[int] = spec(None, doc="k, the classes each client holds for classes_per_client "
-                                                       "(MNFL Non-IID_1: k = 2; docs/methods/mnfl.md §4, §10 #20).", ge=1)
+                                                       "(MNFL Non-IID_1: k = 2; docs/methods/mnfl.md §4, "
+                                                       "§10 #20).", ge=1)
     min_per_class: int = spec(5, doc="unequal_classes: samples of every class each client gets before the "
                                      "Dirichlet split (MNFL Non-IID_2; docs/methods/mnfl.md §10 #19).", ge=0)
     sampling_alpha: Optional[float] = spec(None, doc="Client-sampling skew 𝒬: per-round selection probabilities "
-                                                     "π ~ Dir(α·1) drawn once (docs/methods/fedkp_fedpa.md §7.3, §12 A9); "
+                                                     "π ~ Dir(α·1) drawn once (docs/methods/fedkp_fedpa.md §7.3, "
+                                                     "§12 A9); "
                                                      "null = uniform sampling (α → ∞).", gt=0)
     val_fraction: float = spec(0.0, doc="Per-client validation share of each client's data (split_clients).",
                                ge=0, lt=1)
@@ -138,7 +145,8 @@ class ModelConfig:
                   "heterogeneous_models: weight-averaging ones average within each architecture.")
     assignment: str = spec("random", doc="Which clients get which architecture: random (a permutation seeded by "
                                          "the partition seed, so architecture and data stay uncorrelated; "
-                                         "docs/methods/mnfl.md §10 item 25) or blocks (contiguous client ids, the MNFL "
+                                         "docs/methods/mnfl.md §10 item 25) or blocks (contiguous client ids, the "
+                                         "MNFL "
                                          "reference code; the shares must split clients.num_clients into "
                                          "whole blocks).", choices=("random", "blocks"))
 

@@ -47,7 +47,8 @@ def pool_size(cfg: PublicDataConfig) -> int:
 
 @dataclass(frozen=True)
 class PatchPoolConfig:
-    """``public.patches``: the crop transforms of docs/methods/single_image.md §2.2 (official code's defaults, §8 A1)."""
+    """``public.patches``: the crop transforms of docs/methods/single_image.md §2.2 (official code's defaults,
+    §8 A1)."""
 
     init_crop: float = spec(DEFAULT_SETTINGS["init_crop"], doc="Side of the initial random square crop as a "
                                                                "fraction of min(H, W) (spec §2.2 step 1: 0.5).",
@@ -83,7 +84,8 @@ class PatchPoolConfig:
 @dataclass(frozen=True)
 class PublicDataConfig:
     source: str = spec("none", doc="Where public data come from: none | train_split (docs/methods/feded.md §4.2) | "
-                                   "dataset (another dataset, docs/methods/mnfl.md §4, docs/methods/fedaux.md §6.1) | image "
+                                   "dataset (another dataset, docs/methods/mnfl.md §4, docs/methods/fedaux.md §6.1) "
+                                   "| image "
                                    "(single source image, docs/methods/single_image.md §2.3).", choices=PUBLIC_SOURCES)
     split: str = spec("first_half", doc="first_half: the pool is the first ⌊fraction·N⌋ training indices and "
                                         "size n takes its first n, nested and the same for every seed "
@@ -92,7 +94,8 @@ class PublicDataConfig:
                       choices=PUBLIC_SPLITS)
     size: Optional[int] = spec(None, doc="|D_0|, the number of public samples; null = the whole pool. Source image: "
                                          f"N_pool, the number of crops; null = {DEFAULT_POOL_SIZE} (the paper's "
-                                         "main pool, docs/methods/single_image.md §2.4); at most the photo's pixel count "
+                                         "main pool, docs/methods/single_image.md §2.4); at most the photo's pixel "
+                                         "count "
                                          "H·W.", ge=1)
     fraction: float = spec(0.5, doc="train_split: share of the training set that becomes the pool (1/2 in "
                                     "docs/methods/feded.md §4.2).", gt=0, lt=1)
@@ -109,9 +112,11 @@ class PublicDataConfig:
     seed: Optional[int] = spec(None, doc="source image: the crop pool's seed; null = the shared data's seed (the "
                                          "base config's partition stream). The pool is shared data, the same for "
                                          "every replicate seed of a sweep; the paper seeded it with each run's "
-                                         "seed (42/84, docs/methods/single_image.md §2.2), a deliberate deviation.", ge=0)
+                                         "seed (42/84, docs/methods/single_image.md §2.2), a deliberate "
+                                         "deviation.", ge=0)
     patches: PatchPoolConfig = spec(factory=PatchPoolConfig, doc="source image: the crop transforms "
-                                                                 "(docs/methods/single_image.md §2.2, official defaults).")
+                                                                 "(docs/methods/single_image.md §2.2, official "
+                                                                 "defaults).")
 
     def __post_init__(self):
         # A path is kept absolute, so a run that later changes directory (a Ray job, a Tune trial) finds it.
@@ -142,7 +147,8 @@ class PublicDataConfig:
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    """Self-supervised pre-training of h_0 on the public data (docs/methods/fedaux.md §3.2 P1; see platform.runtime.pretrain)."""
+    """Self-supervised pre-training of h_0 on the public data (docs/methods/fedaux.md §3.2 P1; see
+    platform.runtime.pretrain)."""
 
     method: str = spec("none", doc="none, or simclr: SimCLR pre-training of every architecture's feature extractor "
                                    "on the public data (docs/methods/fedaux.md §3.2 P1); FedAvg+P / FedDF+P / FedAUX.",

@@ -136,6 +136,7 @@ def _check_rungs_comparable(configs: list, scheduler) -> None:
                                   f"ASHA would compare trials at round {rung:g}, where {config.algorithm.name} "
                                   f"trials are not comparable (with fedavg_init_every = "
                                   f"{getattr(config.algorithm.params, 'fedavg_init_every', '?')} accuracy jumps "
-                                  f"on FedAvg-init rounds r ≡ 0 mod P, docs/methods/single_image.md §9); use a grace_period "
+                                  "on FedAvg-init rounds r ≡ 0 mod P, docs/methods/single_image.md §9); use a "
+                                  "grace_period "
                                   f"that is a multiple of P and an integer reduction_factor, got grace_period "
                                   f"{scheduler.grace_period}, reduction_factor {scheduler.reduction_factor:g}")

@@ -78,12 +78,14 @@ class Normalization:
 
 NORMALIZATIONS: dict[str, Normalization] = {
     "none": Normalization((), (), "no normalisation: pixels stay in [0, 1] (docs/methods/fedkp_fedpa.md §7.2 MNIST)"),
-    "mnist": Normalization((0.1307,), (0.3081,), "MNIST mean/std; docs/methods/feded.md §4.1 uses it for MNIST and EMNIST"),
+    "mnist": Normalization((0.1307,), (0.3081,), "MNIST mean/std; docs/methods/feded.md §4.1 uses it for MNIST and "
+                                                 "EMNIST"),
     "fashion_mnist": Normalization((0.2860,), (0.3530,), "Fashion-MNIST mean/std (no spec states one)"),
     "imagenet": Normalization((0.485, 0.456, 0.406), (0.229, 0.224, 0.225),
                               "ImageNet mean/std; docs/methods/feded.md §4.1 uses it for CIFAR-10"),
     "cifar10": Normalization((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010),
-                             "the usual CIFAR-10 mean/std (docs/methods/fedaux.md §6.1, docs/methods/single_image.md §2.2)"),
+                             "the usual CIFAR-10 mean/std (docs/methods/fedaux.md §6.1, docs/methods/single_image.md "
+                             "§2.2)"),
     "cifar100": Normalization((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761),
                               "CIFAR-100 mean/std of docs/methods/single_image.md §2.2"),
     "cifar100_fedkp": Normalization((0.5071, 0.4865, 0.4409), (0.1642, 0.1496, 0.1728),

@@ -1,8 +1,8 @@
 """Partitions of a labelled training set over K clients. Each returns one index array per client.
 
 All partitions are seeded, deterministic, and disjoint. ``dirichlet`` and ``iid`` use ``np.random.RandomState``
-because the reference code (docs/methods/feded.md §4.2) draws from NumPy's legacy global generator; we keep its procedure
-and generator type but give it its own seed (the partition stream), so no other randomness shifts it.
+because the reference code (docs/methods/feded.md §4.2) draws from NumPy's legacy global generator; we keep its
+procedure and generator type but give it its own seed (the partition stream), so no other randomness shifts it.
 
 The other partitions claim no bit-exactness with any authors' code, so they use ``np.random.Generator``
 (``default_rng(seed)``): its ``dirichlet`` stays exact for tiny α (the legacy one returns NaN when every gamma
@@ -19,7 +19,8 @@ Kinds and their specs:
   with the pool of §7.2.
 - ``hierarchical_lda``: coarse/fine (CIFAR-100) LDA of docs/methods/fedkp_fedpa.md §7.4.
 - ``classes_per_client``: exactly k classes per client, MNFL Non-IID_1 (docs/methods/mnfl.md §4, §10 #20).
-- ``unequal_classes``: every client holds every class in unequal counts, MNFL Non-IID_2 (docs/methods/mnfl.md §4, §10 #19).
+- ``unequal_classes``: every client holds every class in unequal counts, MNFL Non-IID_2 (docs/methods/mnfl.md §4, §10
+  #19).
 - ``natural``: one client per natural group (LEAF writers), docs/methods/fedkp_fedpa.md §7.3.
 """
 from __future__ import annotations
@@ -152,7 +153,8 @@ def _lda_pool(labels: np.ndarray, num_clients: int, samples_per_client: Optional
         per_class = (int(sizes.min()) // num_clients) * num_clients
         if per_class == 0:
             raise ConfigError("partition.samples_per_client",
-                              f"the class-balanced pool (docs/methods/fedkp_fedpa.md §7.2) is empty: the rarest class has "
+                              "the class-balanced pool (docs/methods/fedkp_fedpa.md §7.2) is empty: the rarest class "
+                              "has "
                               f"{int(sizes.min())} samples, fewer than the {num_clients} clients; set "
                               f"partition.samples_per_client (1..{len(labels) // num_clients})")
         pool = np.concatenate([rng.permutation(np.flatnonzero(labels == c))[:per_class] for c in classes])

@@ -1,7 +1,7 @@
 """``public.source: image``: the single-image method's public data, a seeded pool of crops of one photo.
 
-(docs/methods/single_image.md §2; §8 A1, A17, A21.) Every method sees the *pool*, never the photo: ``public_x`` is float32
-``[N_pool, C, S, S]``, one row per crop, put in the object store once per sweep like any other public data.
+(docs/methods/single_image.md §2; §8 A1, A17, A21.) Every method sees the *pool*, never the photo: ``public_x`` is
+float32 ``[N_pool, C, S, S]``, one row per crop, put in the object store once per sweep like any other public data.
 
 Steps (each a small function below):
 

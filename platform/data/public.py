@@ -12,12 +12,12 @@ Sources (``public.source``):
   (torchvision order, the same for every seed); ``random`` uses a seeded permutation instead. ``size = n``
   takes the first n of the pool, so pools are nested across sizes (and, for ``first_half``, across seeds).
 - ``dataset``: another dataset's images (MNIST for EMNIST/Fashion-MNIST and CIFAR-100 for CIFAR-10 in
-  docs/methods/mnfl.md §4; STL-10 ``unlabeled``, CIFAR-100 train+test or SVHN for CIFAR-10 in docs/methods/fedaux.md §6.1),
-  conformed to the private input shape (bilinear resize, channels repeated or converted to luma) and
+  docs/methods/mnfl.md §4; STL-10 ``unlabeled``, CIFAR-100 train+test or SVHN for CIFAR-10 in docs/methods/fedaux.md
+  §6.1), conformed to the private input shape (bilinear resize, channels repeated or converted to luma) and
   normalised with the *private* dataset's normalisation, since the same models consume both. ``size = n``
   takes the first n in the dataset's order (``first_half``) or a seeded random n (``random``).
-- ``image``: the single-image method's crop pool (docs/methods/single_image.md §2): ``public_x`` holds ``size`` (N_pool,
-  default 50,000) seeded crops of one photo (``image``: a bundled name or a path to an image file), float32
+- ``image``: the single-image method's crop pool (docs/methods/single_image.md §2): ``public_x`` holds ``size``
+  (N_pool, default 50,000) seeded crops of one photo (``image``: a bundled name or a path to an image file), float32
   ``[N_pool, C, S, S]`` with ``S`` the private images' side, normalised with the *private* dataset's
   normalisation (spec §2.2, crops are normalised at load time with the private dataset's statistics) and in luma
   when the private images have one channel. Transforms: ``patches`` (:class:`PatchPoolConfig`, the official

@@ -176,7 +176,8 @@ def stratified_split(indices: np.ndarray, labels: np.ndarray, fractions: dict[st
 
 def split_clients(parts: list[np.ndarray], fractions, seed: int,
                   labels: Optional[np.ndarray] = None) -> list[dict[str, np.ndarray]]:
-    """Split every client's indices into disjoint named subsets, e.g. MNFL's 75/25 train/test (docs/methods/mnfl.md §4).
+    """Split every client's indices into disjoint named subsets, e.g. MNFL's 75/25 train/test (docs/methods/mnfl.md
+    §4).
 
     ``fractions``: a mapping name → fraction, or a sequence of 2 (train, test) or 3 (train, val, test)
     fractions; they must be ≥ 0 and sum to 1. One ``np.random.default_rng(seed)`` serves all clients in order.

@@ -1,5 +1,5 @@
-"""Self-supervised pre-training of each architecture's feature extractor h_0 (docs/methods/fedaux.md §3.2 P1, §5, §10,
-§11 item 15, §12): SimCLR on the public (auxiliary) pool, as a Ray Train ``TorchTrainer``, once per
+"""Self-supervised pre-training of each architecture's feature extractor h_0 (docs/methods/fedaux.md §3.2 P1, §5,
+§10, §11 item 15, §12): SimCLR on the public (auxiliary) pool, as a Ray Train ``TorchTrainer``, once per
 (architecture, auxiliary data, seed), kept in the stage cache and loaded into the ``features`` of every model a
 run builds (server and clients). The head stays randomly initialised. With it on, ``fedavg`` is FedAvg+P,
 ``feddf`` FedDF+P and ``fedaux`` FedAUX.

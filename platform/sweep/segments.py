@@ -1,9 +1,9 @@
 """A long study runs as consecutive Tune experiments ("segments") of at most ``search.trials_per_experiment`` trials.
 
 Why: Tune keeps every trial of an experiment in the driver for the experiment's whole life (its ``Trial`` object,
-last result, per-metric statistics and cached JSON state: 50-100 KiB per trial, ``docs/benchmarks/driver_memory.md``) and
-writes all of them at each experiment checkpoint. A segment's trials are let go when it ends; what the sweep keeps of
-each ended trial is a :class:`TrialOutcome` (its last selection and test figures, its parameters and its error, well
+last result, per-metric statistics and cached JSON state: 50-100 KiB per trial, ``docs/benchmarks/driver_memory.md``)
+and writes all of them at each experiment checkpoint. A segment's trials are let go when it ends; what the sweep keeps
+of each ended trial is a :class:`TrialOutcome` (its last selection and test figures, its parameters and its error, well
 under 1 KiB). So the driver's memory is bounded by one segment's trials, not the study's.
 
 What carries over from one segment to the next:

@@ -1,6 +1,6 @@
-"""SimCLR pre-training of h_0 (platform.runtime.pretrain, docs/methods/fedaux.md §3.2 P1) on real Ray: a Ray Train TorchTrainer with
-2 workers on the embedded default (digits32, public train_split first_half), the stage cache, and the features
-reaching every model a federation builds (server and clients) while the heads stay as initialised."""
+"""SimCLR pre-training of h_0 (platform.runtime.pretrain, docs/methods/fedaux.md §3.2 P1) on real Ray: a Ray Train
+TorchTrainer with 2 workers on the embedded default (digits32, public train_split first_half), the stage cache, and the
+features reaching every model a federation builds (server and clients) while the heads stay as initialised."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
-"""FedAUX (docs/methods/fedaux.md §3.2 P0–P4 and T, §3.3 Alg. 1/2, §4) through the algorithm interface: pure torch, no Ray."""
+"""FedAUX (docs/methods/fedaux.md §3.2 P0–P4 and T, §3.3 Alg. 1/2, §4) through the algorithm interface: pure torch,
+no Ray."""
 import json
 import math
 from collections import Counter

@@ -1,4 +1,5 @@
-"""FedDF (Lin et al. 2020; docs/methods/fedaux.md §2, §3.2 T, §3.3) through the algorithm interface, pure torch, no Ray."""
+"""FedDF (Lin et al. 2020; docs/methods/fedaux.md §2, §3.2 T, §3.3) through the algorithm interface, pure torch, no
+Ray."""
 import math
 
 import pytest

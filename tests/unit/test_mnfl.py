@@ -1,4 +1,5 @@
-"""MNFL (docs/methods/mnfl.md §2.2, §2.3, §8, §10 #27) through the algorithm interface by hand: pure torch, no Ray."""
+"""MNFL (docs/methods/mnfl.md §2.2, §2.3, §8, §10 #27) through the algorithm interface by hand: pure torch, no
+Ray."""
 import math
 
 import pytest

@@ -1,5 +1,5 @@
-"""Unit tests for algorithms/common/coefficients.py: MNFL's coefficient matrix c (docs/methods/mnfl.md §1, §2.1 Eq. 7, §8,
-§10). Convention under test: c[m, n] = weight of teacher m in student n's target; columns lie on the simplex."""
+"""Unit tests for algorithms/common/coefficients.py: MNFL's coefficient matrix c (docs/methods/mnfl.md §1, §2.1 Eq. 7,
+§8, §10). Convention under test: c[m, n] = weight of teacher m in student n's target; columns lie on the simplex."""
 from __future__ import annotations
 
 import itertools

@@ -1,7 +1,8 @@
 """Non-IID partitions beyond Hsu et al.: each kind disjoint, seeded, and shaped as its spec defines it.
 
-Specs: docs/methods/fedkp_fedpa.md §7.1-§7.4 (lda, hierarchical_lda, natural, client-sampling skew), docs/methods/mnfl.md §4
-(classes_per_client, unequal_classes, 75/25 splits), docs/methods/fedaux.md §6.1 (dirichlet with equal sizes).
+Specs: docs/methods/fedkp_fedpa.md §7.1-§7.4 (lda, hierarchical_lda, natural, client-sampling skew),
+docs/methods/mnfl.md §4 (classes_per_client, unequal_classes, 75/25 splits), docs/methods/fedaux.md §6.1 (dirichlet
+with equal sizes).
 """
 import numpy as np
 import pytest

@@ -98,7 +98,8 @@ def test_selected_preset_loads_and_the_default_stays(tmp_path):
 
 def test_unknown_preset_names_the_allowed_ones(tmp_path):
     path = _write(tmp_path, SPACE)
-    with pytest.raises(ConfigError, match=r"^--preset: unknown preset 'papr' for search space 'space'; allowed: paper$"):
+    with pytest.raises(ConfigError, match=r"^--preset: unknown preset 'papr' for search space 'space' \(did you mean 'paper'\?\); "
+                                            r"allowed: paper$"):
         load_search_space(path, preset="papr")
     plain = copy.deepcopy(SPACE)
     del plain["presets"]

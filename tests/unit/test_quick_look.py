@@ -49,7 +49,8 @@ def test_num_samples_on_a_grid_takes_points_spread_over_it(tmp_path):
     assert quick.search.num_samples == 1 and count_expected_trials(quick) == 2 and quick.trials_per_cell() == [("", 2)]
     assert [p["clients.lr"] for s in segments.plan(quick) for p in s.grid_points] == [0.01, 0.05]  # what Tune gets
     repeated = load_search_space(path, num_samples=3, repeats=2)
-    assert [p["clients.lr"] for p in grid_points(repeated)] == [0.01, 0.03, 0.05] and count_expected_trials(repeated) == 6
+    assert ([p["clients.lr"] for p in grid_points(repeated)] == [0.01, 0.03, 0.05]
+            and count_expected_trials(repeated) == 6)
     assert count_expected_trials(load_search_space(path, repeats=3)) == 15
     with pytest.raises(UserError, match="--repeats: repeats a grid"):
         load_search_space(_write(tmp_path, {**GRID, "parameters": {"clients.lr": {"loguniform": [0.01, 0.1]}},

@@ -1,5 +1,5 @@
-"""docs/benchmarks/reproduction.md's verdicts come from one rule (benchmarks._common.verdict): every `lead ± SE → verdict`
-in its claims table is recomputed here from the table's own numbers."""
+"""docs/benchmarks/reproduction.md's verdicts come from one rule (benchmarks._common.verdict): every
+`lead ± SE → verdict` in its claims table is recomputed here from the table's own numbers."""
 import os
 import re
 

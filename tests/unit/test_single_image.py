@@ -1,5 +1,5 @@
-"""The single-image method (docs/methods/single_image.md §3, §4): FedDF plus a per-round selection of the distillation set
-from a public crop pool, through the algorithm interface, pure torch, no Ray.
+"""The single-image method (docs/methods/single_image.md §3, §4): FedDF plus a per-round selection of the distillation
+set from a public crop pool, through the algorithm interface, pure torch, no Ray.
 
 The pruning functions themselves are tested in test_single_image_pool.py; here: how ``SingleImage`` wires them in
 (state, broadcast, clients, metrics, sizes, teacher weights, determinism, heterogeneous selection model,

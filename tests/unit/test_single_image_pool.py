@@ -1,4 +1,5 @@
-"""Single-image pool (docs/methods/single_image.md §2.2) and per-round pruning (§3.2–3.4): determinism, sizes, quotas."""
+"""Single-image pool (docs/methods/single_image.md §2.2) and per-round pruning (§3.2–3.4): determinism, sizes,
+quotas."""
 from __future__ import annotations
 
 import hashlib
