@@ -123,8 +123,8 @@ def quiet_libraries() -> None:
 def leave_ray_job_working_dir(home: str) -> None:
     """Under ``ray job submit --working-dir``, move to the stable results home.
 
-    The job's working directory is a temporary copy that Ray may delete while the job still runs (we saw
-    it vanish once the trial actors released it, breaking ``os.getcwd()``). Everything the sweep reads
+    The job's working directory is a temporary copy that Ray may delete while the job still runs (it
+    can vanish once the trial actors release it, breaking ``os.getcwd()``). Everything the sweep reads
     from it (the search-space file) is loaded before this call.
     """
 

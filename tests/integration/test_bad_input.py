@@ -155,8 +155,8 @@ def test_a_public_pool_of_another_shape_than_the_private_inputs_is_refused(monke
 def test_values_valid_alone_but_invalid_together_are_refused_before_anything_starts(tmp_path_factory, tmp_path,
                                                                                       monkeypatch, capsys):
     """Each value passes alone (4 or 10 clients; 4 or 8 a round), but 8 a round of 4 clients does not: the sweep
-    refuses the space at load time, in one line naming both values, with nothing started or written (it used to
-    fail in the first trial that drew them, leaving a FAILED parent run)."""
+    refuses the space at load time, in one line naming both values, with nothing started or written (not
+    in the first trial that draws them, which would leave a FAILED parent run)."""
     import yaml
 
     from platform.sweep.command import main

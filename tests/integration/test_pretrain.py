@@ -112,7 +112,7 @@ def test_server_and_client_models_get_the_pretrained_features_and_a_fresh_head(p
 
 def test_a_seed_that_was_not_prepared_fails_clearly(prepared):
     """... and leaves nothing holding the cluster: the placement group ``start_federations`` made outside Tune
-    used to stay (0.99 CPU of the 2 every later test in this process shares; a 2-CPU trial then waited forever)."""
+    is removed (left, it holds 0.99 CPU of the 2 every later test in this process shares; a 2-CPU trial then waited forever)."""
     import time
 
     import ray

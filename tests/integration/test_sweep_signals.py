@@ -58,8 +58,8 @@ def _ends_cleanly(code: int, out: str) -> None:
 
 
 def test_sigterm_once_the_parent_run_exists_closes_it_and_prints_one_resume_line(tmp_path):
-    """SIGTERM as soon as the sweep's parent run is in the store (before, the signal could land
-    between the run's creation and the code that closes it: the parent stayed RUNNING, no resume line)."""
+    """SIGTERM as soon as the sweep's parent run is in the store: the signal may land between the run's creation
+    and the code that closes it, and the parent must still be closed, with one resume line."""
     args = _space(tmp_path, "early", ONE_TRIAL)
     code, out = _sigterm_when(args, lambda proc: _runs_in_store(str(tmp_path / "mlflow.db")) > 0)
     _ends_cleanly(code, out)
@@ -74,9 +74,9 @@ def test_sigterm_once_the_parent_run_exists_closes_it_and_prints_one_resume_line
 
 
 def test_sigterm_while_ray_starts_ends_the_command_with_nothing_left(tmp_path):
-    """SIGTERM while the driver's local Ray is starting (its processes exist, no run yet): before,
-    Ray's handler raised SystemExit in the middle of the start (a traceback, at times Ray's C++ abort, exit 134).
-    Now the signal waits for the start to end: exit 130, no run left RUNNING, and Ray's processes go with it."""
+    """SIGTERM while the driver's local Ray is starting (its processes exist, no run yet): Ray's own
+    handler would raise SystemExit in the middle of the start (a traceback, at times Ray's C++ abort, exit 134).
+    The signal waits for the start to end: exit 130, no run left RUNNING, and Ray's processes go with it."""
     args = _space(tmp_path, "starting", ONE_TRIAL)
 
     seen: set[int] = set()
@@ -106,8 +106,8 @@ def test_sigterm_while_ray_starts_ends_the_command_with_nothing_left(tmp_path):
 @pytest.mark.slow
 def test_a_trial_restored_under_a_new_id_after_kill_9_keeps_its_run(tmp_path):
     """kill -9 of the driver just after trials start, then --resume. Tune restores a trial it had
-    not saved under a new trial id; before, that trial got a second child run beside the first driver's (6 runs for a
-    4-trial sweep, an interrupted orphan per configuration). Now it continues the run made for the same trial key:
+    not saved under a new trial id, which must not get a second child run beside the first driver's (6 runs for a
+    4-trial sweep, an interrupted orphan per configuration): it continues the run made for the same trial key:
     one run per configuration, every round logged once, none left RUNNING."""
     space = {**FAST_SPACE, "parameters": {"clients.lr": {"grid": [0.02, 0.05, 0.1, 0.2]}},
              "base": {**FAST_SPACE["base"], "rounds": 4},
@@ -139,8 +139,8 @@ def test_a_trial_restored_under_a_new_id_after_kill_9_keeps_its_run(tmp_path):
 
 @pytest.mark.slow
 def test_repair_leaves_a_live_resumed_sweep_alone(tmp_path):
-    """kill -9, then --resume, then --repair while the resumed sweep runs. Before, the parent kept
-    the dead first driver's id, so --repair closed the live sweep's parent as interrupted. The resumed driver is held
+    """kill -9, then --resume, then --repair while the resumed sweep runs. The parent names the
+    resumed driver, not the dead first one, so --repair leaves the live sweep's parent alone. The resumed driver is held
     with SIGSTOP while --repair looks (it is alive, whatever the machine's speed), then let go."""
     space = {**ONE_TRIAL, "base": {**ONE_TRIAL["base"], "rounds": 6},
              "search": {**ONE_TRIAL["search"], "checkpoint_every": 2}}

@@ -1,4 +1,4 @@
-"""Bad input that used to get through: an empty space, a YAML alias bomb, sizes without bound, a --set given twice,
+"""Bad input that is easy to let through: an empty space, a YAML alias bomb, sizes without bound, a --set given twice,
 a pinned --set outside its parameter's choices. Each is one line naming the field and what is allowed."""
 import pytest
 
