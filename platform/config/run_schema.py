@@ -157,6 +157,14 @@ def parse_infinity(text: Any) -> Optional[float]:
     return {INFINITY: math.inf, f"-{INFINITY}": -math.inf}.get(str(text))
 
 
+def short_value(value: Any) -> str:
+    """A value as names and summaries show it: a float to 4 significant digits (0.1848, not 0.18483120598659894);
+    the exact value is in the run's params."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
 def figure(value: Any, decimals: int = 4) -> str:
     """A reported figure: ``0.8333`` (``decimals`` places), ``∞`` / ``-∞``, ``nan``; anything else as ``str``."""
     if not is_number(value):

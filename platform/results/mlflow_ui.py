@@ -8,6 +8,13 @@ compressed, but plain JSON is accepted too. ``workflowType=machine_learning`` in
 machine-learning view. The URL must carry no facet parameter (``searchFilter``, ``orderByKey`` ...): the UI
 ignores the shared view when it does.
 
+Two things no link or server setting turns off in MLflow 3.17: the Assistant panel, which the UI opens by itself on
+a browser's first visit to a server it reaches as localhost / 127.0.0.1 (it remembers that in the browser's
+localStorage, ``mlflow.assistant.fab.autoOpenedOnFirstLoad_v1`` and ``mlflow.assistant.panelOpen_v1``; no URL
+parameter, server flag or environment variable is read), and the "You're viewing a shared view" banner over every
+shared view (its dismissal is not remembered). So the view is laid out for a window that the panel narrows by a
+quarter: the rank and the sort metric come first after the run names (:func:`sweep_view`).
+
 Verified against the MLflow 3.17 UI bundle (``mlflow/server/js/build``) and a real browser
 (``tests/integration/test_smoke_sweep.py``).
 """
@@ -24,7 +31,7 @@ import urllib.request
 from typing import Optional
 from urllib.parse import urlencode
 
-from platform.config.run_schema import children_filter
+from platform.config.run_schema import METRIC_RANK, children_filter
 
 SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -32,7 +39,8 @@ ML_EXPERIMENT_KIND = "custom_model_development"
 MAX_EXPERIMENT_TAG_VALUE = 20000  # mlflow.utils.validation.MAX_EXPERIMENT_TAG_VAL_LENGTH
 ML_WORKFLOW = "machine_learning"  # the URL's workflowType; the UI's default (and remembered choice) is "genai"
 DEFAULT_UI_PORT = 5000
-NAME_WIDTH, VALUE_WIDTH = 280, 150  # px: a trial name built from swept values; a full-precision float
+# px: a trial's name (``#12 bandwidth_scaling=0.1848 [fedkp_cm]``); a full-precision float; a rank (1 to 4 digits)
+NAME_WIDTH, VALUE_WIDTH, RANK_WIDTH = 340, 150, 90
 
 
 def view_key(parent_run_id: str) -> str:
@@ -45,20 +53,32 @@ def column(kind: str, key: str) -> str:
     return f"{kind}.`{key}`"
 
 
+def metric_order(metrics: list[str], sort_metric: str) -> list[str]:
+    """The view's metric columns, left to right: ``rank`` (where it is one of ``metrics``), ``sort_metric``, then
+    the other ``metrics`` in their order -- what the table is sorted by stays next to the run names."""
+    lead = [m for m in (METRIC_RANK, sort_metric) if m in metrics or m == sort_metric]
+    return list(dict.fromkeys(lead + list(metrics)))
+
+
 def sweep_view(parent_run_id: str, params: list[str], metrics: list[str], tags: list[str], sort_metric: str,
                ascending: bool) -> dict:
     """The shared-view state: the sweep's child runs (flat, no parent), sorted by ``sort_metric``, with the run
-    name, ``params``, ``metrics`` (``sort_metric`` first) and ``tags`` as columns."""
-    ordered_metrics = [sort_metric] + [m for m in metrics if m != sort_metric]
-    columns = ([column("attributes", "Run Name")] + [column("params", p) for p in params]
-               + [column("metrics", m) for m in ordered_metrics] + [column("tags", t) for t in tags])
+    name, ``metrics`` (in :func:`metric_order`), ``params`` and ``tags`` as columns, in that order.
+
+    Metrics lead: the UI pins the checkbox, Run Name and Created columns and scrolls the rest, so at 1600 px, with
+    the Assistant panel that MLflow 3.17 opens on a first visit taking a quarter of the window, only about 400 px
+    of scrolled columns show -- the rank and the sort metric must be the first of them."""
+    columns = ([column("attributes", "Run Name")] + [column("metrics", m) for m in metric_order(metrics, sort_metric)]
+               + [column("params", p) for p in params] + [column("tags", t) for t in tags])
+    widths = {c: VALUE_WIDTH for c in columns}
+    widths.update({columns[0]: NAME_WIDTH, column("metrics", METRIC_RANK): RANK_WIDTH})
     return {
         "searchFilter": children_filter(parent_run_id),
         "orderByKey": column("metrics", sort_metric),
         "orderByAsc": ascending,
         "selectedColumns": columns,
-        "columnOrder": columns,  # else the UI shows metrics before params, each group alphabetically
-        "columnWidths": {c: NAME_WIDTH if c == columns[0] else VALUE_WIDTH for c in columns},  # no "0.5694..."
+        "columnOrder": columns,  # else each group alphabetically: rank after test_accuracy, off-screen
+        "columnWidths": {c: widths[c] for c in columns},  # no "0.5694..."
         "runsHiddenMode": "SHOW_ALL",  # every trial in the charts, not the first 10
     }
 

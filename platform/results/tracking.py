@@ -15,9 +15,9 @@ import sys
 from typing import Any, Optional
 
 from platform.cli import check_writable_dir, results_home, sqlite_path
-from platform.config.run_schema import (ARTIFACT_ARRAYS, MAX_ARRAY_ELEMENTS, RESULT_ARRAYS, RESULT_DETAILS, STATUS_INTERRUPTED,
-                                 TAG_PARENT_RUN, TAG_STATUS, children_filter, infinity_text,
-                                 round_metrics as _round_metrics)
+from platform.config.run_schema import (ARTIFACT_ARRAYS, MAX_ARRAY_ELEMENTS, RESULT_ARRAYS, RESULT_DETAILS,
+                                        STATUS_INTERRUPTED, TAG_PARENT_RUN, TAG_STATUS, children_filter, infinity_text,
+                                        short_value, round_metrics as _round_metrics)
 from platform.errors import UserError
 
 DEFAULT_STORE_FILE = "mlflow.db"
@@ -337,12 +337,6 @@ def round_metrics(result: dict) -> dict[str, float]:
     return _round_metrics(result, skip=_TUNE_KEYS)
 
 
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
 def _dependency_order(parameters: dict, params: dict) -> list[str]:
     """The drawn keys in the space's order, each conditional parameter right after the parameters its ``when``
     names (``fedprox mu=0.01 lr=0.05``, not ``fedprox lr=0.05 mu=0.01``)."""
@@ -355,20 +349,27 @@ def _dependency_order(parameters: dict, params: dict) -> list[str]:
     return order
 
 
-def trial_run_name(params: dict, parameters: dict, cell: Optional[dict] = None) -> str:
-    """A trial's run name from its swept values, e.g. ``fedprox mu=0.01 lr=0.05``: a categorical string value
-    stands alone, every other value is ``<last key part>=<value>`` (the full key where two parameters share a last
-    part); a scenario cell's values lead in brackets, e.g. ``[alpha=0.1] beta=3``. ``parameters``: the space's
-    swept parameters (their order)."""
-    keys = [*(cell or {}), *_dependency_order(parameters, params), *(k for k in params if k not in parameters)]
+def trial_run_name(params: dict, parameters: dict, cell: Optional[dict] = None, number: Any = None) -> str:
+    """A trial's run name, e.g. ``#3 fedprox mu=0.01 lr=0.05``: its number (``number``, its order of start;
+    ``<cell>.<trial>`` across scenario cells, e.g. ``#2.3``) first, so that the names of a sweep's trials differ in
+    their first characters -- the MLflow runs table shows only the start of a long name -- then its swept values,
+    then a scenario cell's values in brackets, e.g. ``#2.3 bandwidth_scaling=0.1848 [fedkp_cm]``. A float is
+    rounded to 4 significant digits (the run's params keep the exact value); a categorical string value (a
+    ``choice`` or ``grid`` parameter's, a cell's) stands alone; every other value is ``<last key part>=<value>``
+    (the full key where two keys share a last part). ``parameters``: the space's swept parameters (their
+    order)."""
+    cell = cell or {}
+    keys = [*cell, *_dependency_order(parameters, params), *(k for k in params if k not in parameters)]
     leaves = [k.rsplit(".", 1)[-1] for k in keys]
 
-    def label(key: str, value: Any) -> str:
-        if isinstance(value, str) and getattr(parameters.get(key), "kind", None) in ("choice", "grid"):
+    def label(key: str, value: Any, categorical: bool) -> str:
+        if isinstance(value, str) and categorical:
             return value
         leaf = key.rsplit(".", 1)[-1]
-        return f"{leaf if leaves.count(leaf) == 1 else key}={_short(value)}"
+        return f"{leaf if leaves.count(leaf) == 1 else key}={short_value(value)}"
 
-    swept = " ".join(label(k, params[k]) for k in keys if k in params and k not in (cell or {}))
-    head = f"[{' '.join(label(k, v) for k, v in cell.items())}] " if cell else ""
-    return (head + (swept or "base config")).strip()
+    swept = " ".join(label(k, params[k], getattr(parameters.get(k), "kind", None) in ("choice", "grid"))
+                     for k in keys if k in params and k not in cell)
+    parts = [f"#{number}" if number is not None else "", swept or "base config",
+             f"[{' '.join(label(k, v, True) for k, v in cell.items())}]" if cell else ""]
+    return " ".join(p for p in parts if p)

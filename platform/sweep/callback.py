@@ -17,8 +17,8 @@ from platform.config.run_schema import (METRIC_BEST, METRIC_CACHE_CORRUPT, METRI
                                  STATUS_FAILED, STATUS_RUNNING, TAG_CACHE_CORRUPT, TAG_SAMPLED, TAG_SAMPLER_SEED, TAG_SCENARIO,
                                  TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, TAG_TRIAL_ID,
                                  TAG_TRIAL_KEY, TAG_TRIAL_NUMBER,
-                                 children_filter, diverged, figure, setting_metrics)
-from platform.results.tracking import Tracker, _short, log_arrays, log_partition, round_metrics, trial_run_name
+                                 children_filter, diverged, figure, setting_metrics, short_value)
+from platform.results.tracking import Tracker, log_arrays, log_partition, round_metrics, trial_run_name
 
 
 class MlflowSweepCallback(tune.Callback):
@@ -80,6 +80,16 @@ class MlflowSweepCallback(tune.Callback):
             return (f"[cell {self.cell['number']}/{self.cell['cells']}, trial "
                     f"{self.numbers.get(trial.trial_id, '?')}/{self.num_samples}]")
         return f"[trial {self.numbers.get(trial.trial_id, '?')}/{self.num_samples}]"
+
+    def run_name(self, trial_id: str, params: dict) -> str:
+        """The MLflow run name of a trial that has its number: ``#3 fedprox mu=0.01 lr=0.05``; with several
+        scenario cells ``#<cell>.<trial> <swept values> [<cell values>]`` (:func:`trial_run_name`), unique in the
+        sweep."""
+        cell = getattr(self, "cell", None)  # getattr: a callback pickled before cells existed (--resume)
+        number = self.numbers[trial_id]
+        if cell and cell.get("cells", 1) > 1:
+            number = f"{cell['number']}.{number}"
+        return trial_run_name(params, self.space.parameters, cell.get("values") if cell else None, number)
 
     @staticmethod
     def trial_params(trial) -> dict:
@@ -147,12 +157,12 @@ class MlflowSweepCallback(tune.Callback):
         resolved = self.space.trial_config(params)
         tags = {TAG_STATUS: STATUS_RUNNING, TAG_TRIAL_ID: trial.trial_id, TAG_TRIAL_KEY: self.trial_key(trial),
                 TAG_SEARCH_SPACE: self.space.name, TAG_TRIAL_NUMBER: str(self.numbers[trial.trial_id]),
-                TAG_SAMPLED: ", ".join(f"{k}={_short(v)}" for k, v in params.items())}
+                TAG_SAMPLED: ", ".join(f"{k}={short_value(v)}" for k, v in params.items())}
         cell = getattr(self, "cell", None)  # getattr: a callback pickled before cells existed (--resume)
         if cell:
             tags.update({TAG_SCENARIO: cell["label"], TAG_SCENARIO_CELL: str(cell["number"]),
                          TAG_SAMPLER_SEED: str(cell["sampler_seed"])})
-        name = trial_run_name(params, self.space.parameters, cell.get("values") if cell else None)
+        name = self.run_name(trial.trial_id, params)
         run_id = self.tracker.start_run(name=name, tags=tags, parent_run_id=self.parent_run_id)
         # held at once: an interrupt (Ctrl-C, SIGTERM) during the writes below still finds it open and closes it
         self.runs[trial.trial_id] = run_id
@@ -170,7 +180,7 @@ class MlflowSweepCallback(tune.Callback):
                               self.shared.train_coarse_labels)
             except Exception:  # noqa: BLE001 - the trial hits the same error and reports it as its failure
                 pass
-        self._say(f"{self._label(trial)} start  " + ", ".join(f"{k}={_short(v)}" for k, v in params.items()))
+        self._say(f"{self._label(trial)} start  " + ", ".join(f"{k}={short_value(v)}" for k, v in params.items()))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         run_id = self.runs.get(trial.trial_id)
@@ -279,7 +289,7 @@ class MlflowSweepCallback(tune.Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         self._finish(trial, STATUS_FAILED, "FAILED", say=False)  # one line for a failed trial: the one below
         line = _last_error_line(trial)
-        where = _error_log(trial)
+        where = error_log(trial)
         self._say(f"{self._label(trial)} error: {line or 'see its log'}" + (f"  (traceback: {where})" if where else ""))
 
 
@@ -292,7 +302,7 @@ def _last_error_line(trial) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def _error_log(trial) -> str:
+def error_log(trial) -> str:
     """Where a failed trial's full traceback stays: its error file in Tune's storage (Tune writes it in the driver's
     staging directory, ``trial.error_file``, and syncs it there), as a path or an s3:// / gs:// URI."""
     if not trial.error_file:

@@ -17,12 +17,11 @@ import sys
 
 from platform.config.run_schema import (ARTIFACT_SCENARIO_FRONTS_CSV, ARTIFACT_SCENARIOS_CSV, ARTIFACT_SCENARIOS_JSON,
                                         METRIC_BEST, METRIC_BEST_TRIAL, METRIC_CELL_PREFIX, METRIC_PARETO_SIZE,
-                                        STATUS_INTERRUPTED, TAG_BEST_PREFIX)
+                                        STATUS_INTERRUPTED, TAG_BEST_PREFIX, short_value)
 from platform.sweep.pareto import front_rows, json_value, log_front_ranks, objective_value, pareto_order
 from platform.sweep.state import join_storage, read_state, resume_command, write_state
-from platform.sweep.study import (REPORTED, count_expected_trials, fit_study, pin_public_image, ranked_results,
-                                  refused_by_config,
-                                  sweep_trainable, lead_of, log_ranks, rank_results)
+from platform.sweep.study import (REPORTED, count_expected_trials, fit_study, lead_of, log_ranks, pin_public_image,
+                                  rank_results, ranked_results, refused_by_config, sweep_trainable)
 
 
 def _cell_dir_name(index: int) -> str:
@@ -278,7 +277,7 @@ def _report_cells(rows: list[dict], space, tracker, parent_run_id, sweep_dir) ->
         reported = "".join(f", {k} {_figure(row[k])}" + (f" ± {_figure(row[k + '_std'])}"
                                                          if row.get(k + "_std") is not None else "")
                            for k in REPORTED if k != metric and row.get(k) is not None)
-        params = ", ".join(f"{k}={_short(v)}" for k, v in row["params"].items()) or "(the cell's base config)"
+        params = ", ".join(f"{k}={short_value(v)}" for k, v in row["params"].items()) or "(the cell's base config)"
         print(f"{head} {metric} {_figure(row[metric])}{std} at round {row.get('round')}{reported} ({counts}) | {params}")
         if row.get("lead_text"):
             print(f"{' ' * len(head)} {row['lead_text']}")
@@ -290,10 +289,6 @@ def _report_cells(rows: list[dict], space, tracker, parent_run_id, sweep_dir) ->
               f"in MLflow", file=sys.stderr)
         return "FAILED"
     return "FINISHED"
-
-
-def _short(value) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _figure(value) -> str:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from platform.config.run_schema import (METRIC_RANK, TAG_BEST_PREFIX, TAG_BEST_RUN, TAG_NOTE, TAG_OPTUNA_STUDIES,
-                                        TAG_SCENARIO, TAG_STATUS, TAG_STOPPED_EARLY, figure)
+                                        TAG_SCENARIO, TAG_STATUS, TAG_STOPPED_EARLY, figure,
+                                        short_value)
 
 ARTIFACT_OPTUNA = "optuna"  # on the parent run: optuna/[cell-NNN/]optuna_plots.html and one PNG per plot
 
@@ -73,7 +74,7 @@ def description(space, experiment_id: str, answer: SweepAnswer) -> str:
         parts += [f"**Best trial:** [{best['name']}]({run_link(experiment_id, best['run_id'])}) with {metric} "
                   f"{best[metric]:.4f}{std} at round {best.get('round')}{tests} (selected on {metric})"
                   + (f"; {best['lead_text']}." if best.get("lead_text") else "."), ""]
-        parts += [f"- `{k}` = {_short(v)}" for k, v in best.get("params", {}).items()]  # 4 significant digits
+        parts += [f"- `{k}` = {short_value(v)}" for k, v in best.get("params", {}).items()]  # 4 significant digits
     if answer.cells:
         parts += ["**Best per scenario cell**", "", f"| cell | scenario | best trial | {metric} | test_accuracy | "
                   f"lead over the runner-up |", "|---|---|---|---|---|---|"]
@@ -101,13 +102,6 @@ def description(space, experiment_id: str, answer: SweepAnswer) -> str:
     return "\n".join(parts)
 
 
-def _short(value) -> str:
-    """A parameter value as the description and the ``best.*`` params show it: a float to 4 significant digits."""
-    from platform.results.tracking import _short as short
-
-    return short(value)
-
-
 def _pm(row: dict, key: str) -> str:
     value = row.get(key)
     if not isinstance(value, (int, float)):
@@ -122,7 +116,7 @@ def log_best(tracker, parent_run_id: str, best: dict) -> None:
     from mlflow.exceptions import MlflowException
 
     # 4 significant digits, as the UI's columns and the rerun command show them (the exact value: the best run's)
-    params = {f"{TAG_BEST_PREFIX}{k}": _short(v) for k, v in best.get("params", {}).items()}
+    params = {f"{TAG_BEST_PREFIX}{k}": short_value(v) for k, v in best.get("params", {}).items()}
     try:
         tracker.log_params(parent_run_id, params)
     except MlflowException:

@@ -24,9 +24,10 @@ WAIT_S = 60  # the first page load compiles MLflow's JavaScript: seconds on a bu
 NO_BROWSER = "no chromium/chromedriver: apt install chromium chromium-driver"
 
 
-def start_chromium(width: int = 1920, height: int = 1080):
+def start_chromium(width: int = 1920, height: int = 1080, returning_user: bool = True):
     """Headless Chromium through /usr/bin/chromedriver (else whatever chromedriver is on PATH, else
-    selenium-manager); skips the test when there is no browser."""
+    selenium-manager), in a fresh profile of its own; skips the test when there is no browser. ``returning_user``:
+    as one who has closed MLflow's Assistant panel before; else a first visit, on which MLflow 3.17 opens it."""
     try:
         from selenium import webdriver
         from selenium.common.exceptions import WebDriverException
@@ -49,10 +50,10 @@ def start_chromium(width: int = 1920, height: int = 1080):
             driver = webdriver.Chrome(options=options)
         except WebDriverException as err:
             pytest.skip(f"{NO_BROWSER} ({type(err).__name__}: {str(err).splitlines()[0]})")
-    # MLflow's assistant panel opens on a first visit and squeezes the runs table: start as a returning user
-    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": (
-        "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true');"
-        "localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');")})
+    if returning_user:  # MLflow's assistant panel opens on a first visit and squeezes the runs table
+        driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": (
+            "localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true');"
+            "localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');")})
     return driver
 
 
@@ -179,6 +180,74 @@ def test_deep_link_opens_the_sweeps_trials_in_the_ml_runs_table_best_first(brows
         assert math.isclose(value, sweep.children[run_id].data.metrics[METRIC], abs_tol=1e-3), (run_id, value)
 
 
+# Where the runs table's column headers and run names are: each header's rect, whether it is painted at its left
+# edge, middle and right edge (not clipped by the grid, not under the Assistant panel) and whether it scrolls (not
+# one of the pinned checkbox, Run Name and Created columns); each row's name and whether it shows whole (no "...").
+TABLE_GEOMETRY_JS = """
+const box = e => {
+    const r = e.getBoundingClientRect(); return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+const shown = (e, r) => [r.left + 3, (r.left + r.right) / 2, r.right - 3].every(x => {
+    const hit = document.elementFromPoint(x, (r.top + r.bottom) / 2); return !!hit && e.contains(hit); });
+const scroller = document.querySelector('.ag-center-cols-viewport');
+const columns = Array.from(document.querySelectorAll('.ag-header-cell[col-id]')).map(h => {
+    const r = box(h);
+    return {id: h.getAttribute('col-id'), ...r, shown: shown(h, r), scrolled: !!h.closest('.ag-header-viewport')};
+});
+const names = Array.from(document.querySelectorAll(
+        '.ag-pinned-left-cols-container .ag-row[row-id] [col-id="attributes.`Run Name`"] a')).map(a => {
+    const range = document.createRange(); range.selectNodeContents(a);
+    const cell = a.closest('.ag-cell').getBoundingClientRect();
+    return {text: a.innerText.trim(), whole: range.getBoundingClientRect().right <= cell.right};
+});
+const assistant = Array.from(document.querySelectorAll('[data-assistant-ui="true"]'))
+    .map(e => box(e).right - box(e).left);
+return {innerWidth: window.innerWidth, scrollLeft: scroller ? scroller.scrollLeft : null, columns: columns,
+        names: names, assistant: assistant};
+"""
+RUN_NAME = "attributes.`Run Name`"
+
+
+def settled_geometry(driver):
+    """TABLE_GEOMETRY_JS's answer once two polls half a second apart agree: AG Grid applies the view's column
+    state (order, widths) after its first render."""
+    polls = []
+
+    def poll(d):
+        polls.append(d.execute_script(TABLE_GEOMETRY_JS))
+        return polls[-1] if len(polls) > 1 and polls[-1] == polls[-2] and polls[-1]["columns"] else False
+
+    return wait(driver).until(poll, "the runs table's columns never settled")
+
+
+def test_first_visit_at_1600_px_shows_rank_and_val_accuracy_beside_the_run_names(sweep, tmp_path):
+    """A first visit -- a fresh browser profile, so MLflow 3.17 opens its Assistant panel over a quarter of the
+    window and shows its shared-view banner -- in a 1600x1000 window: the rank and val_accuracy columns are the first
+    that scroll, right of the pinned run names, and on screen without scrolling; each trial's name shows whole and
+    the names differ."""
+    driver = start_chromium(1600, 1000, returning_user=False)
+    try:
+        driver.get(sweep.link)
+        wait(driver).until(runs_table, f"the runs table of {sweep.link} never filled")
+        geometry = settled_geometry(driver)
+        driver.save_screenshot(str(tmp_path / "first_visit_1600.png"))
+    finally:
+        driver.quit()
+
+    assert geometry["innerWidth"] == 1600 and geometry["scrollLeft"] == 0, geometry
+    columns = {c["id"]: c for c in geometry["columns"]}
+    rank, metric = "metrics.`rank`", f"metrics.`{METRIC}`"
+    scrolled = [c["id"] for c in sorted(geometry["columns"], key=lambda c: c["left"]) if c["scrolled"]]
+    assert scrolled[:2] == [rank, metric], (scrolled, geometry["assistant"])
+    for key in (RUN_NAME, rank, metric):
+        assert key in columns, (key, sorted(columns))
+        column = columns[key]
+        assert 0 <= column["left"] < column["right"] <= geometry["innerWidth"], (key, column, geometry["innerWidth"])
+        assert column["shown"], (key, column, f"assistant panel: {geometry['assistant']} px")
+    names = [n["text"] for n in geometry["names"]]
+    assert sorted(names) == sorted(r.info.run_name for r in sweep.children.values()), names
+    assert len(set(names)) == len(names) and all(n["whole"] for n in geometry["names"]), geometry["names"]
+
+
 def test_parent_run_description_names_the_best_trial_and_links_to_it(browser, sweep):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -222,6 +291,7 @@ def test_smoke_sweep_writes_parent_and_child_runs(sweep):
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1 and len(children) == 3
+    assert len({c.info.run_name for c in children}) == 3, [c.info.run_name for c in children]
     parent = parents[0]
     assert parent.info.status == "FINISHED" and parent.data.tags["fedsweep.search_space"] == "smoke"
     assert parent.data.tags["mlflow.source.git.commit"] and "platform.sweep" in parent.data.tags["fedsweep.command"]
@@ -241,9 +311,13 @@ def test_smoke_sweep_writes_parent_and_child_runs(sweep):
             assert "algorithm.mu" not in child.data.params
         else:
             assert 0.001 <= float(child.data.params["algorithm.mu"]) <= 1.0
-        # named from its swept values; the headline metrics per seed beside the mean
-        assert child.info.run_name.split()[0] == child.data.params["algorithm.name"]
-        assert f"lr={float(child.data.params['clients.lr']):.4g}" in child.info.run_name
+        # named by its number, then its swept values rounded (the exact ones in its params); the headline metrics per
+        # seed beside the mean
+        number, algorithm = child.info.run_name.split()[:2]
+        assert number == f"#{child.data.tags['fedsweep.trial_number']}", child.info.run_name
+        assert algorithm == child.data.params["algorithm.name"], child.info.run_name
+        lr = float(child.data.params["clients.lr"])
+        assert f"lr={lr:.4g}" in child.info.run_name  # the exact value in the params: checked against Optuna's below
         assert child.data.metrics["test_accuracy/seed_0"] == child.data.metrics["test_accuracy"]
     _check_answer_is_published(client, parent, children, out)
 
@@ -260,7 +334,7 @@ def _check_answer_is_published(client, parent, children, out):
     assert parent.data.tags["best_trial_run_id"] in winners  # any of the tied best (trials run concurrently)
     best = winners[parent.data.tags["best_trial_run_id"]]
     assert parent.data.params["best.algorithm.name"] == best.data.params["algorithm.name"]
-    # 4 significant digits on the parent (issue 33: 0.1848, not 0.18483120598659894); the exact value on the trial
+    # 4 significant digits on the parent (0.1848, not 0.18483120598659894); the exact value on the trial
     assert parent.data.params["best.clients.lr"] == f"{float(best.data.params['clients.lr']):.4g}"
     note = parent.data.tags["mlflow.note.content"]
     assert f"[{best.info.run_name}]({run_link(parent.info.experiment_id, best.info.run_id)})" in note
@@ -275,6 +349,9 @@ def _check_answer_is_published(client, parent, children, out):
     for trial in study.trials:
         child = next(c for c in children if c.info.run_id == trial.user_attrs["mlflow_run_id"])
         assert trial.value == child.data.metrics["final_val_accuracy"]
+        # the run's params hold the exact drawn values; only its name rounds them
+        assert float(child.data.params["clients.lr"]) == trial.params["clients.lr"]
+        assert trial.user_attrs["run_name"] == child.info.run_name
         assert max(trial.intermediate_values) == child.data.metrics["rounds_completed"]
     plots = {a.path for a in client.list_artifacts(parent.info.run_id, "optuna")}
     assert {"optuna/optuna_plots.html", "optuna/optimization_history.png"} <= plots

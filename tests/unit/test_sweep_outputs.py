@@ -18,7 +18,7 @@ def smoke():
 def test_trial_names_come_from_the_swept_values(smoke):
     params = {"algorithm.name": "fedprox", "algorithm.mu": 0.0123456, "clients.lr": 0.05}
     assert trial_run_name(params, smoke.parameters) == "fedprox mu=0.01235 lr=0.05"
-    assert trial_run_name({"clients.lr": 0.05}, smoke.parameters, {"partition.alpha": 0.1}) == "[alpha=0.1] lr=0.05"
+    assert trial_run_name({"clients.lr": 0.05}, smoke.parameters, {"partition.alpha": 0.1}) == "lr=0.05 [alpha=0.1]"
     assert trial_run_name({}, {}) == "base config"
     # two swept keys with the same last part keep their full names
     assert trial_run_name({"clients.lr": 0.1, "server.lr": 1.0}, {}) == "clients.lr=0.1 server.lr=1"
