@@ -4,13 +4,13 @@ chromium-driver) and selenium.
 
 Taken the way a user gets there: a fresh browser profile (a first visit) opens the printed ``open:`` link, then
 closes what MLflow 3.17 shows on a first visit, the Assistant panel and the shared-view banner, by clicking them
-away as the README's "Compare results" tells a user to.
+away as the tutorial (docs/tutorial.md, "Compare the trials in MLflow") tells a user to.
 
     python docs/screenshots.py --tracking-uri sqlite:///mlflow.db --space smoke
     python docs/screenshots.py --tracking-uri sqlite:///mlflow.db --space smoke \\
         --optuna-storage sqlite:///optuna.db --study smoke-20260101-120000
 
-Writes mlflow_runs_table.png, mlflow_parent_run.png (and optuna_dashboard.png) into --out.
+Writes mlflow_runs_table.png, mlflow_parent_run.png (and optuna_dashboard.png) into --out (default: docs/images/).
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tracking-uri", required=True, help="the MLflow store the sweep wrote to")
     parser.add_argument("--space", required=True, help="search space name: its latest sweep is shown")
-    parser.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)),
-                        help="directory for the PNGs (default: docs/)")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "images"),
+                        help="directory for the PNGs (default: docs/images/)")
     parser.add_argument("--ui-url", help="an MLflow UI already serving the store (default: start one)")
     parser.add_argument("--optuna-storage", help="Optuna storage URL of the sweep's study (with --study)")
     parser.add_argument("--study", help="Optuna study name to show in optuna-dashboard")
@@ -80,7 +80,7 @@ def chromium():
 
 
 def close_first_visit_panels(driver) -> list[str]:
-    """Do what the README tells a first-time user (Compare results): close the MLflow Assistant panel that MLflow
+    """Do what the tutorial tells a first-time user (Compare the trials in MLflow): close the MLflow Assistant panel that MLflow
     3.17 opens on a first visit (its x; the UI remembers it) and dismiss the "You're viewing a shared view" banner
     above the runs table. Returns what was closed."""
     from selenium.webdriver.common.by import By
@@ -120,7 +120,7 @@ def runs_table(driver, url: str, path: str) -> None:
     driver.get(url)  # the printed open: link, on a first visit
     wait_for(driver, loaded, "the runs table")
     closed = close_first_visit_panels(driver)
-    print(f"closed {' and '.join(closed)}, as the README says" if closed else "no first-visit panel to close")
+    print(f"closed {' and '.join(closed)}, as the tutorial says" if closed else "no first-visit panel to close")
     shoot(driver, path)
 
 

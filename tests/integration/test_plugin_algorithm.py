@@ -1,6 +1,6 @@
 """A method of one's own, named ``package.module:ClassName`` and never registered, through the whole platform.
 
-The FedAvgM class below is the one docs/adding_a_method.md walks through. The sweep imports it by path on the
+The FedAvgM class below is the one docs/how-to/adding_a_method.md walks through. The sweep imports it by path on the
 driver and in every Ray worker (the local Ray runs from the repository root, which is on the workers' path).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from algorithms.fedavg import FedAvg
 PLUGIN = "tests.integration.test_plugin_algorithm:FedAvgM"
 
 
-# --- the method (same code as docs/adding_a_method.md) -------------------------------------------------------------
+# --- the method (same code as docs/how-to/adding_a_method.md) --------------------------------------------------------
 
 @dataclass(frozen=True)
 class FedAvgMHyperparams:

@@ -1,6 +1,6 @@
-"""The house rules of ``platform/`` (docs/architecture.md), read off the source: imports run one way between the layers,
-there is no import circle (imports inside functions included), no module is over 600 lines and no folder holds more
-than 12 modules."""
+"""The house rules of ``platform/`` (docs/explanation/architecture.md), read off the source: imports run one way
+between the layers, there is no import circle (imports inside functions included), no module is over 600 lines and
+no folder holds more than 12 modules."""
 import ast
 import os
 from collections import defaultdict
@@ -79,7 +79,8 @@ def _floor(module: str) -> tuple[str, int]:
         if key in FLOORS:
             return key, FLOORS[key]
         parts.pop()
-    raise AssertionError(f"{module} is on no floor: add its package to FLOORS (and to docs/architecture.md)")
+    raise AssertionError(f"{module} is on no floor: add its package to FLOORS "
+                         f"(and to docs/explanation/architecture.md)")
 
 
 def test_every_import_runs_down_the_layers():

@@ -1,6 +1,7 @@
 """The papers' settings of the six named sweeps (``presets:`` blocks): every preset loads fully validated,
-every value it sets is cited, a wrong value is refused, docs/paper_settings.md is generated from them, each ``paper``
-preset runs the paper's main dataset, and every section or table a citation names exists in its spec digest."""
+every value it sets is cited, a wrong value is refused, docs/reference/paper_settings.md is generated from them,
+each ``paper`` preset runs the paper's main dataset, and every section or table a citation names exists in its spec
+digest."""
 from __future__ import annotations
 
 import dataclasses
@@ -119,8 +120,8 @@ def _paper_settings_module():
 def test_docs_paper_settings_is_generated_from_the_presets():
     module = _paper_settings_module()
     assert tuple(module.SPACES) == SPACES
-    with open(os.path.join(REPO, "docs", "paper_settings.md"), encoding="utf-8") as fh:
-        assert fh.read() == module.render(), "docs/paper_settings.md is stale: run python docs/paper_settings.py"
+    with open(os.path.join(REPO, "docs", "reference", "paper_settings.md"), encoding="utf-8") as fh:
+        assert fh.read() == module.render(), "docs/reference/paper_settings.md is stale: run python docs/generate.py"
 
 
 @pytest.mark.parametrize("name", SPACES)
