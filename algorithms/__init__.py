@@ -2,7 +2,7 @@
 :func:`algorithms.base.register`.
 
 Algorithms are pure PyTorch: they never touch Ray, MLflow or the ``platform`` package, so each can be tested on
-its own. A method of your own needs no change here: see docs/adding_a_method.md.
+its own. A method of your own needs no change here: see docs/how-to/adding_a_method.md.
 """
 from algorithms.base import (ALGORITHMS, Algorithm, ClientContext, ClientUpdate, Metric, ServerContext, ServerState,
                              reduce_updates, register, resolve_algorithm)

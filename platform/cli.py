@@ -138,7 +138,7 @@ def add_plan_arguments(parser, what: str) -> None:
     ``platform.run``; ``what`` is what the command runs ("the sweep", "the run")."""
     parser.add_argument("--preset", metavar="NAME",
                         help="a search space's preset (its presets: block), e.g. paper: the document's own setting "
-                             "(docs/paper_settings.md); default: the space's embedded setting")
+                             "(docs/reference/paper_settings.md); default: the space's embedded setting")
     parser.add_argument("--stand-in", action="store_true",
                         help="replace every dataset read from files with generated data of the real one's shapes, "
                              "classes and sizes (to try, test or cost a setting whose files are absent)")

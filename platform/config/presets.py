@@ -2,7 +2,7 @@
 
 A preset is an overlay on the space's file: the papers' own settings (``paper``, ``paper_cifar10``, ...) beside the
 embedded default, which stays the default. Every value it sets carries its source, so the settings are written down
-once, here, and ``docs/paper_settings.md`` is generated from them (``python docs/paper_settings.py``)::
+once, here, and ``docs/reference/paper_settings.md`` is generated from them (``python docs/generate.py``)::
 
     presets:
       paper:

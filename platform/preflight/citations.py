@@ -163,7 +163,7 @@ def check_effective_citations(space, plan=None) -> None:
     problems = citation_problems(space, plan)
     if problems:
         key, _, message = problems[0].partition(": ")
-        more = f" ({len(problems) - 1} more: python docs/paper_settings.py --problems)" if len(problems) > 1 else ""
+        more = f" ({len(problems) - 1} more: python docs/generate.py --problems)" if len(problems) > 1 else ""
         raise ConfigError(f"presets.{space.preset.name}.cite.{key}", message + more)
 
 

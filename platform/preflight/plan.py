@@ -94,7 +94,7 @@ def sweep_plan(space, base_config) -> str:
     lines = [_heading("sweep", space.name, space.preset)]
     lines += [f"note: {note}" for note in space.notes]
     if space.preset is not None and space.preset.document:
-        lines.append(f"settings from: docs/methods/{space.preset.document} (docs/paper_settings.md cites each value)")
+        lines.append(f"settings from: docs/methods/{space.preset.document} (docs/reference/paper_settings.md cites each value)")
     lines.append(data_status(base_config))
     plan = data_plan(base_config)  # raises the ConfigError the run would raise as it builds its data
     lines += plan.lines()

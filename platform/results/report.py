@@ -334,7 +334,7 @@ def header_blocks(results: SweepResults, objective: Objective) -> list[Block]:
     status = (f"**still running** (trials as far as they got: each one's latest values)" if results.running
               else results.status)
     setting = (f"preset `{results.preset}` (`--preset {results.preset}`; its values and sources: "
-               f"docs/paper_settings.md)" if results.preset else "the space's embedded default (no `--preset`)")
+               f"docs/reference/paper_settings.md)" if results.preset else "the space's embedded default (no `--preset`)")
     overrides = results.overrides
     setting += ("; overrides: " + ", ".join(f"`{o}`" if o.startswith("--") else f"`--set {o}`" for o in overrides)
                 if overrides else "; no `--set` overrides")

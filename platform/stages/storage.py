@@ -227,8 +227,8 @@ def check_storage(path: str, flag: str) -> None:
     except Exception as err:  # noqa: BLE001 - the SDK's error, reduced to its reason
         raise UserError(f"{flag}: cannot reach {shown}{where}: {_reason(err)}") from None
     if info.type == pafs.FileType.NotFound:
-        raise UserError(f"{flag}: bucket {bucket!r} does not exist{where}; create it first (see README, "
-                        f"\"Storage every node sees\")")
+        raise UserError(f"{flag}: bucket {bucket!r} does not exist{where}; create it first (see "
+                        f"docs/how-to/clusters.md, \"Storage every node sees\")")
     probe = f"{inner}/.fedsweep-probe-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         with fs.open_output_stream(probe) as fh:

@@ -305,7 +305,7 @@ class Memoising(FedAvg):
         return update
 
 
-@pytest.mark.slow  # the fast tier keeps one test of the path (README, "What each tier holds")
+@pytest.mark.slow  # the fast tier keeps one test of the path (docs/how-to/testing.md)
 def test_memo_computes_once_per_key_across_trials(ray_local, tmp_path):
     from platform.stages.cache import StageCache
 

@@ -1,5 +1,5 @@
-"""Ctrl-C after the last trial finished. Where it lands decides the exit code, and the README says
-so: while Tune winds down (the trials all ended) it is too late to matter, and the sweep completes (exit 0); once Tune
+"""Ctrl-C after the last trial finished. Where it lands decides the exit code, and the docs say
+so (docs/how-to/resume_and_repair.md): while Tune winds down (the trials all ended) it is too late to matter, and the sweep completes (exit 0); once Tune
 has returned, during the final report, it exits 130 and marks the sweep interrupted. Either way nothing is lost:
 the trial's run is complete, no run is left RUNNING, and the exit code, the parent run and the sweep's state file
 agree. A real SIGINT to a real sweep process (its own local Ray, its own SQLite store)."""

@@ -35,7 +35,7 @@ def _run(config, cache=None) -> list[dict]:
         stop_federations(feds)
 
 
-@pytest.mark.slow  # the fast tier keeps one test of the path (README, "What each tier holds")
+@pytest.mark.slow  # the fast tier keeps one test of the path (docs/how-to/testing.md)
 def test_pool_is_built_once_and_rounds_report_the_selection(ray_local, tmp_path):
     cache = open_cache(str(tmp_path / "cache"))
     config = _config()

@@ -151,7 +151,7 @@ def test_interrupted_sweep_resumes_without_duplicate_rounds(tracking_uri, tmp_pa
         assert child.data.tags["status"] == "completed"
 
 
-@pytest.mark.slow  # the fast tier keeps one test of the path (README, "What each tier holds")
+@pytest.mark.slow  # the fast tier keeps one test of the path (docs/how-to/testing.md)
 def test_trial_stopped_by_asha_is_tagged_with_its_round(ray_local, tracking_uri, tmp_path, capsys):
     """A trial ASHA stops ends "early-stopped" with the round it stopped at as a tag, and is PRUNED (with its
     rounds' values) in the persistent Optuna study."""

@@ -171,7 +171,7 @@ def test_dry_run_plan_of_a_preset(name, preset):
     space = load_search_space(name, preset=preset, check=check_settings)
     text = sweep_plan(space, space.trial_config({}))
     if preset:
-        assert "docs/paper_settings.md" in text and "as many as the cluster fits" in text
+        assert "docs/reference/paper_settings.md" in text and "as many as the cluster fits" in text
     if (name, preset) == ("fedkp_bandwidth", "paper"):  # alpha as cells 10 and 0.1, and a FedAvg arm
         assert "algorithm.name=fedavg, partition.alpha=10.0: 1 trial(s)" in text
         assert "algorithm.name=fedavg, partition.alpha=0.1: 1 trial(s)" in text
