@@ -22,25 +22,25 @@ Variants and how to get them:
   client is scored with the h_0 of its own architecture R[i], and every server model distils from the
   weighted ensemble of all the round's clients (FedDF's behaviour).
 - **Non-private arm**: ``epsilon: .inf`` (σ = 0, ŵ_i = w_i* exactly). **λ → ∞** collapses every score to
-  ≈ 0.5 + ξ, i.e. FedDF's uniform teacher (spec §4 (b)).
+  ≈ 0.5 + ξ, i.e. FedDF's uniform teacher (§4 (b)).
 
-Deviations and choices (spec §10–§12):
+Deviations and choices (§10–§12):
 
 - **h_0 (Alg. 1)** is the model's ``features`` submodule (every model is a ``Classifier``: f = head ∘ features)
   with the architecture's *initial* weights: on a client, ``ClientContext.initial_weights`` loaded into a copy
   of ``client.model`` (the shared model itself is never touched); on the server, ``ctx.models[arch]`` as
   ``init_server_state`` sees it (freshly built, i.e. initial; SimCLR-pre-trained when ``pretrain:`` is set).
   Features are taken in eval mode. Scores come from this frozen h_0 and are **never recomputed** from the
-  evolving models (spec §3.2 P4).
-- **γ normalisation** (``feature_norm``, spec §11 item 2): ``public_clip`` (default, the spec's [rec]):
+  evolving models (§3.2 P4).
+- **γ normalisation** (``feature_norm``, §11 item 2): ``public_clip`` (default, the method page's [rec]):
   γ = max ‖h_0(x)‖ over the public negatives D⁻ only, and h̃ = h/max(γ, ‖h‖) per sample, for fitting and for
   scoring; γ is then public and Theorem 1 holds as stated. ``paper_max``: the paper's γ_i = max norm over
   D_i ∪ D⁻ and h̃ = h/γ_i, to reproduce the paper; γ_i is sent in the clear and is *not* covered by (ε, δ)
   (see :func:`algorithms.common.certainty.normalisation_scale`). Either way γ_i travels with ŵ_i.
 - **Negatives D⁻ = the tail of the public pool**: the last ⌊negatives_fraction·|D_aux|⌋ samples, while FedDF
   distils on the first ⌊distill_fraction·|D_aux|⌋; the two are disjoint (validated: distill_fraction +
-  negatives_fraction ≤ 1; spec §10 #3 [rec]). ``public.split: random`` makes the split random (P0).
-- **Objective** exactly the paper's (spec §10 #1, §11 items 1, 3, 4): mean logistic loss with the corrected
+  negatives_fraction ≤ 1; §10 #3 [rec]). ``public.split: random`` makes the split random (P0).
+- **Objective** exactly the paper's (§10 #1, §11 items 1, 3, 4): mean logistic loss with the corrected
   sign l(z) = log(1 + e^{−z}), t = +1 local / −1 negatives, (λ/2)‖w‖², **no bias term**, solved to convergence
   in float64 (:func:`~algorithms.common.certainty.fit_scoring_weights`). Not the code's sklearn objective.
 - **One release per client.** Clients solve and release on every participation (they keep no state), but the
@@ -49,16 +49,16 @@ Deviations and choices (spec §10–§12):
   The kept noise therefore comes from the (noise seed, first participation round, client) stream of
   ``ClientContext.noise_generator``. Clients with no training data release nothing (they are left out of the
   teacher anyway).
-- **Caching** (spec §12): the non-private solve (w_i*, γ_i, N) goes through ``client.memo("fedaux_scoring",
+- **Caching** (§12): the non-private solve (w_i*, γ_i, N) goes through ``client.memo("fedaux_scoring",
   {lam, feature_norm, negatives_fraction}, …)``; the noise is drawn outside it, so a sweep over (ε, δ) redraws
   only the noise (a standard normal scaled by σ: for one seed (ŵ − w*)/σ is the same for every ε). The server's
   h_0 features of D_distill go through ``ctx.memo("fedaux_distill_features", {distill_fraction}, …)`` and are
   kept in ``state.extra["distill_features"]`` (float32, [|D_distill|, H] per architecture; they are part of
   the checkpoint). Scores ``state.extra["scores"][client_id]`` ([|D_distill|], float64) are computed once,
   when a client's release first arrives.
-- **Privacy accounting** covers the scoring release only (spec §4): the per-round model updates are not
+- **Privacy accounting** covers the scoring release only (§4): the per-round model updates are not
   privatised, as in the paper. The Gaussian-mechanism calibration is classic (proved for ε < 1; larger ε is
-  accepted, spec §11 item 6).
+  accepted, §11 item 6).
 - Everything else (teacher on logits, BN mode, optimiser persistence, one distillation epoch, …) is FedDF's.
 
 Metrics (declared): FedDF's, plus ``privacy_epsilon`` and ``privacy_delta`` (the configured constants),

@@ -12,9 +12,9 @@ Each round (r = 1, 2, …; ``ServerState.round`` = r − 1 completed rounds):
   1. *FedAvg warm start* per architecture (Eq. 17 / Alg. 2): each server model θ^P becomes the N_k-weighted
      FedAvg of that architecture's selected clients (:class:`algorithms.fedavg.FedAvg`'s own ``aggregate``,
      so ``server.lr``/``server.momentum`` apply as there). An architecture with no selected client keeps its
-     previous θ^P (spec §11.13). With ``fedavg_init_every = P > 1`` (the single-image paper's ρ = 1/P, docs/methods/
-     single_image.md §4.1–4.2) the warm start happens only in rounds r ≤ 1 and r ≡ 0 (mod P); in the other
-     rounds distillation continues from last round's distilled model.
+     previous θ^P (docs/methods/fedaux.md §11.13). With ``fedavg_init_every = P > 1`` (the single-image paper's
+     ρ = 1/P, docs/methods/single_image.md §4.1–4.2) the warm start happens only in rounds r ≤ 1 and r ≡ 0
+     (mod P); in the other rounds distillation continues from last round's distilled model.
   2. *Teacher* (Eq. 4, Eq. 7): ỹ(x) = softmax(Σ_k ω_k(x) f_k(x) / Σ_k ω_k(x)) over **all** selected clients
      with data, whatever their architecture (:func:`~algorithms.common.distillation.weighted_logit_ensemble`).
      ω comes from the hook :meth:`FedDF.teacher_weights` ([K, N] per-sample weights; FedDF returns None,
@@ -35,32 +35,35 @@ Deviations and choices (every documented alternative is a switch):
   server's validation split, so the ensemble's validation accuracy cannot be computed without sending the
   validation inputs to clients; ``student_agreement`` (student vs teacher argmax) is reported instead.
 - **Distillation set.** FedAUX splits D_aux into D_distill (80 %) and negatives D⁻ (20 %) and FedDF distils on
-  D_distill (spec §3.2 P0, §2), so ``distill_fraction`` defaults to 0.8 and takes the *first* 80 % of the
-  public pool (``public.split: random`` shuffles the pool); the remaining 20 % are left for FedAUX's negatives,
-  disjoint as spec §10 #3 recommends. ``distill_fraction: 1`` distils on the whole pool (original FedDF).
+  D_distill (docs/methods/fedaux.md §3.2 P0, §2), so ``distill_fraction`` defaults to 0.8 and takes the *first*
+  80 % of the public pool (``public.split: random`` shuffles the pool); the remaining 20 % are left for FedAUX's
+  negatives, disjoint as §10 #3 recommends. ``distill_fraction: 1`` distils on the whole pool (original FedDF).
 - **Teacher logits in eval mode** on clients (BatchNorm running statistics). The FedAUX code used train mode
-  (spec §10 #7, §11.9); ``bn_mode`` only sets the *student's* BatchNorm mode during distillation: ``train``
-  (default, as both reference codes: batch statistics, running statistics updated on public batches) or
-  ``eval`` (running statistics from the warm start used and kept; the affine parameters still train).
+  (docs/methods/fedaux.md §10 #7, §11.9); ``bn_mode`` only sets the *student's* BatchNorm mode during
+  distillation: ``train`` (default, as both reference codes: batch statistics, running statistics updated on
+  public batches) or ``eval`` (running statistics from the warm start used and kept; the affine parameters still
+  train).
 - **Optimiser.** ``reset_optimizer: false`` (default) keeps each server model's Adam moments across rounds in
   ``ServerState.extra["distill_optimizer"]``, as the FedAUX code (docs/methods/fedaux.md §10 #8; the paper is silent
   and §11.10 recommends the code's behaviour); ``true`` makes a fresh Adam every round, as the single-image code
   (docs/methods/single_image.md A7).
 - **Clients with N_k = 0** are left out of the teacher (their logits would be the untrained global model's).
   With no client holding data, or no distillation step, the round is plain FedAvg (bit-identical).
-- **Temperature** τ (default 1, i.e. none, spec §5) softens the teacher logits (softmax(z/τ)) and the student;
-  the loss carries Hinton's τ² factor, which is 1 at τ = 1.
+- **Temperature** τ (default 1, i.e. none, docs/methods/fedaux.md §5) softens the teacher logits (softmax(z/τ))
+  and the student; the loss carries Hinton's τ² factor, which is 1 at τ = 1.
 - **Logit clipping** (``logit_clip`` = c, off by default; the single-image paper ran c = 2.5, docs/methods/
   single_image.md §4.3): LN_c is applied to the training-time logits of clients (inside their cross-entropy)
   and of the student (inside the KL), never to teacher logits, predictions or evaluation.
-- **Validation-based checkpoint** (``val_checkpoint_every``, off by default as FedAUX, spec §11.8; 50 in the
-  single-image code, §4.2): the distilled model is scored on the server's validation split after step 1, every
-  that many steps and after the last step; the best (ties: the later) is kept. Needs ``server.val_fraction`` > 0.
+- **Validation-based checkpoint** (``val_checkpoint_every``, off by default as FedAUX, docs/methods/fedaux.md
+  §11.8; 50 in the single-image code, docs/methods/single_image.md §4.2): the distilled model is scored on the
+  server's validation split after step 1, every that many steps and after the last step; the best (ties: the
+  later) is kept. Needs ``server.val_fraction`` > 0.
 - **Step schedule** ``cosine_restart`` (docs/methods/single_image.md §4.6, their hetero runs): steps(1) = S_max, then
   S_min + ½(S_max − S_min)(1 + cos(π(u − 1)/(P_s − 1))) with u = (r mod P_s) + 1, or 1 when r ≡ 0; S_max is the
   round's constant budget (``distill_steps`` or the epochs), S_min ``schedule_min_steps``, P_s ``schedule_period``.
 - **Distillation batches** are slices of a seeded permutation (``ServerContext.training_generator``), reshuffled
-  every pass; a last partial batch is kept. No augmentation of distillation inputs (spec §11.8).
+  every pass; a last partial batch is kept. No augmentation of distillation inputs (docs/methods/fedaux.md
+  §11.8).
 - **Local training** is the platform's (``clients.*``); the FedAUX recipe is Adam 1e-3, batch 32, E = 1
   (``clients: {optimizer: adam, lr: 0.001, batch_size: 32, local_epochs: 1}``).
 """

@@ -128,35 +128,42 @@ class MNFLClientHyperparams:
     """The client procedure and the public subset, shared by MNFL and its baselines (algorithms.mnfl_baselines)."""
 
     temperature: float = spec(1.0, doc="T, softmax temperature of uploaded predictions and of the student in "
-                                        "distillation; spec §3: not given, sweep {1, 3, 10}", gt=0)
-    distill_passes: int = spec(1, doc="R, distillation passes over the round's public subset (spec §3, §10 #17)",
+                                        "distillation; docs/methods/mnfl.md §3: not given, sweep {1, 3, 10}", gt=0)
+    distill_passes: int = spec(1, doc="R, distillation passes over the round's public subset "
+                                      "(docs/methods/mnfl.md §3, §10 #17)",
                                ge=1)
     distill_lr: Optional[float] = spec(None, doc="η2, SGD learning rate of distillation (Eq. 6); null = the local "
-                                                 "learning rate (spec §3: η2 = η1)", gt=0)
+                                                 "learning rate (docs/methods/mnfl.md §3: η2 = η1)", gt=0)
     distill_batch_size: int = spec(256, doc="B_pub, public batch size for distillation and for the c-steps "
-                                            "(spec §3: 256)", ge=1)
+                                            "(docs/methods/mnfl.md §3: 256)", ge=1)
     public_size: Optional[int] = spec(3000, doc="N_pub, public samples drawn per round, the same for all clients "
-                                                "(spec §3, §10 #18: 3000); null = the whole pool", ge=1)
-    kd_t2_scale: bool = spec(False, doc="Multiply the distillation KL by T² (spec §8's optional flag)")
-    bn_mode: str = spec("train", doc="BatchNorm of the student during distillation (spec §8, §9 "
+                                                "(docs/methods/mnfl.md §3, §10 #18: 3000); null = the whole pool",
+                                      ge=1)
+    kd_t2_scale: bool = spec(False, doc="Multiply the distillation KL by T² (docs/methods/mnfl.md §8's optional "
+                                        "flag)")
+    bn_mode: str = spec("train", doc="BatchNorm of the student during distillation (docs/methods/mnfl.md §8, §9 "
                                      "bn_mode_in_distill): train (batch statistics, running statistics updated on "
                                      "public batches) | eval (running statistics frozen, the rest trains)",
                         choices=BN_MODES)
-    private_first: bool = spec(False, doc="Order within a client round (spec §2.3, §9): false = distil towards the "
-                                          "target received this round, then train privately (the reference code's "
-                                          "order); true = train privately, then distil (the document's order, "
-                                          "with the target one round stale, see the module docstring)")
+    private_first: bool = spec(False, doc="Order within a client round (docs/methods/mnfl.md §2.3, §9): false = "
+                                          "distil towards the target received this round, then train privately "
+                                          "(the reference code's order); true = train privately, then distil (the "
+                                          "document's order, with the target one round stale, see the module "
+                                          "docstring)")
 
 
 @dataclass(frozen=True)
 class MNFLHyperparams(MNFLClientHyperparams):
     rho: float = spec(0.7, doc="ρ, pull of c toward 1/N (Eq. 4); docs/methods/mnfl.md §3, §10 #32: 0.7", ge=0)
-    coefficient_lr: float = spec(0.01, doc="η3, learning rate of the c-step (Eq. 7); spec §3: 0.01", gt=0)
-    lam: float = spec(1.0, doc="λ, weight of the KL term in the c-objective (Eq. 7); spec §3, §10 #8: 1.0", ge=0)
+    coefficient_lr: float = spec(0.01, doc="η3, learning rate of the c-step (Eq. 7); docs/methods/mnfl.md §3: 0.01",
+                                 gt=0)
+    lam: float = spec(1.0, doc="λ, weight of the KL term in the c-objective (Eq. 7); docs/methods/mnfl.md §3, "
+                               "§10 #8: 1.0", ge=0)
     c_update_order: str = spec("after_distill_refresh", doc="When c is stepped relative to distillation "
-                                                             "(spec §2.3)", choices=C_UPDATE_ORDERS)
+                                                             "(docs/methods/mnfl.md §2.3)", choices=C_UPDATE_ORDERS)
     project_simplex: bool = spec(True, doc="Project each column of c onto the simplex after every c-step "
-                                           "(spec §8 c_constraint='simplex'); false = the unconstrained ablation")
+                                           "(docs/methods/mnfl.md §8 c_constraint='simplex'); false = the "
+                                           "unconstrained ablation")
 
     def validate(self, path: str) -> None:
         where = f"{path}.coefficient_lr" if path else "coefficient_lr"

@@ -87,8 +87,8 @@ class SimPFLHyperparams(MNFLClientHyperparams):
 class TopKPFLHyperparams(MNFLClientHyperparams):
     topk: int = spec(5, doc="K, clients (self included) whose predictions are averaged for each student "
                             "(docs/methods/mnfl.md §3, §5: 5); at least 1, at most the number of clients", ge=1)
-    selection: str = spec("topk", doc="topk (the K most similar, spec §5 [REC]) | median (those above the median "
-                                      "cosine, the reference code; §5 [EXT], §11; topk unused)",
+    selection: str = spec("topk", doc="topk (the K most similar, docs/methods/mnfl.md §5 [REC]) | median (those "
+                                      "above the median cosine, the reference code; §5 [EXT], §11; topk unused)",
                           choices=TOPK_SELECTIONS)
 
 

@@ -16,13 +16,13 @@ see that module's docstring). What is new is how the method is judged:
   splits. The fine-tuned copy is **thrown away after scoring**: it never reaches the server, the client's next
   round or anything ``client_update`` returned, so FedDF's training trajectory is exactly FedDF's and the score
   of round t is what pFedDF would report if training stopped there.
-- "several" became **E_ft = 5** (spec §10 #29), configurable. ``finetune_epochs: 0`` scores the server model
+- "several" became **E_ft = 5** (§10 #29), configurable. ``finetune_epochs: 0`` scores the server model
   itself on each client's splits: the ``FedDF`` row of Table 1 (one global model per architecture, judged like the
   personalised methods).
 - No global-model evaluation: :meth:`PFedDF.evaluation_weights` is None, so the standard ``val_*``/``test_*``
   metrics are the clients' own means (``client_val_accuracy`` etc. and their p10 are reported too), exactly as for
   ``mnfl``, ``fedmd``, ``sim_pfl`` and ``topk_pfl``: one sweep with the method as a categorical arm compares like
-  with like (select on ``client_val_accuracy`` or ``val_accuracy``; report ``test_accuracy``, spec §4, §8
+  with like (select on ``client_val_accuracy`` or ``val_accuracy``; report ``test_accuracy``, §4, §8
   "Evaluation").
 
 **One-round lag.** ``client_evaluate`` only sees the payload broadcast at the start of the round, so the score

@@ -38,7 +38,7 @@ Metrics per round (declared in :attr:`SingleImage.metrics`, besides FedDF's): th
 selection this round distilled on, the number of predicted classes C in it and the largest class share; and
 ``selected_class_count.<c>``, the selected set's class histogram under the selection model's pseudo-labels.
 
-Defaults are the single-image code's and logs' main configuration (spec §4.2, §5 [C][L]): server Adam 5e-3 with a
+Defaults are the single-image code's and logs' main configuration (§4.2, §5 [C][L]): server Adam 5e-3 with a
 fresh optimiser every round, batch 512, 500 steps, τ = 1, LN_c clipping c = 2.5 on training-time logits, FedAvg
 warm start every 5 rounds (ρ = 20 %), best-validation checkpoint every 50 steps, s = 5000, e = 0.9 ``top``,
 K = 1000, F^K = 1, ``hard``. Clients use the platform's local training (the paper: Adam 0.01, batch 512, E = 40:
@@ -141,8 +141,8 @@ class SingleImageHyperparams(FedDFHyperparams):
     kmeans_variant: str = spec("hard", doc="H^K: easy (nearest to their centroid) | hard (farthest, the paper's) | "
                                            "mixed (kmeans_mix % easy) (docs/methods/single_image.md §3.2).",
                                choices=KMEANS_VARIANTS)
-    kmeans_mix: float = spec(50.0, doc="mixed: percent of each quota taken from the easy end (spec §3.2: 50).",
-                             ge=0, le=100)
+    kmeans_mix: float = spec(50.0, doc="mixed: percent of each quota taken from the easy end "
+                                       "(docs/methods/single_image.md §3.2: 50).", ge=0, le=100)
     kmeans_keep_ratio: Optional[float] = spec(None, doc="s_K = ⌊ratio·N_pool⌋ instead of the paper's ⌊s/(1 − e)⌋ "
                                                         "(docs/methods/single_image.md §3.4, §9), so K-means acts in "
                                                         "the "

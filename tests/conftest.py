@@ -121,7 +121,7 @@ def one_torch_thread():
 
 @pytest.fixture(scope="session")
 def empty_mlflow_store(tmp_path_factory) -> str:
-    """A new, empty SQLite MLflow store, its schema created once per session by MLflow itself (seconds on a busy
+    """A new, empty SQLite MLflow store, its schema created once per test run by MLflow itself (seconds on a busy
     2-CPU machine); :func:`tracking_uri` copies it. (A new store's first use by concurrent sweeps is tested on its own:
     tests/integration/test_concurrent_stores.py.)"""
     from mlflow.tracking import MlflowClient

@@ -15,7 +15,7 @@ Each client i, once, in the preparation phase (P2–P3), and the server afterwar
 5. :func:`certainty_weights`: per-sample weights s_i(x)/Σ_j s_j(x) over the selected clients (Eq. 7); the
    teacher is then softmax(Σ_i w_i(x) f_i(x)) on the client **logits**.
 
-Caching (spec §12): w_i* depends on (features, λ) only, so it is solved once per (split, α, n, λ,
+Caching (§12): w_i* depends on (features, λ) only, so it is solved once per (split, α, n, λ,
 feature_norm) and cached; a sweep over (ε, δ) only redraws the noise (the standard-normal draw does not even
 depend on ε, δ: see :mod:`algorithms.common.privacy`), and the score matrix [n, |D_distill|] is computed once
 per configuration.
@@ -61,8 +61,9 @@ DEFAULT_XI = 1e-8
 """ξ of Eq. (11): added to every score so that Σ_j s_j(x) > 0 (fixed at 1e-8 in the paper)."""
 
 FEATURE_NORM_MODES = ("public_clip", "paper_max")
-"""How γ is chosen (spec §11 item 2): ``public_clip`` (γ from D⁻ only, per-sample clipping; the DP-sound
-default, [rec]) or ``paper_max`` (γ_i = max norm over D_i ∪ D⁻, the paper's choice, for reproduction)."""
+"""How γ is chosen (docs/methods/fedaux.md §11 item 2): ``public_clip`` (γ from D⁻ only, per-sample clipping;
+the DP-sound default, [rec]) or ``paper_max`` (γ_i = max norm over D_i ∪ D⁻, the paper's choice, for
+reproduction)."""
 
 _NORM_SLACK = 1e-6  # relative slack on ‖h̃‖ ≤ 1 for float32 rounding of h/γ
 
@@ -156,14 +157,14 @@ def normalisation_scale(features_private: torch.Tensor, features_negative: torch
 
     Args: ``features_private`` [n_i, H] = h_0(D_i); ``features_negative`` [m, H] = h_0(D⁻).
 
-    **What is private about γ_i (spec §11 item 2).** γ_i is a max over the client's *private* features, it
-    is sent to the server in the clear next to ŵ_i (the server needs it to score, Alg. 1), and it is **not**
-    covered by the (ε, δ) guarantee: it can reveal the norm of the client's largest feature vector, and
-    replacing one private sample can change γ_i and with it *every* normalised feature h̃, so Theorem 1's
+    **What is private about γ_i (docs/methods/fedaux.md §11 item 2).** γ_i is a max over the client's *private*
+    features, it is sent to the server in the clear next to ŵ_i (the server needs it to score, Alg. 1), and it
+    is **not** covered by the (ε, δ) guarantee: it can reveal the norm of the client's largest feature vector,
+    and replacing one private sample can change γ_i and with it *every* normalised feature h̃, so Theorem 1's
     premise (all features fixed except the replaced one) fails and neither γ_i nor the released ŵ_i is
     (ε, δ)-DP under this map.
 
-    **Our choice (the spec's [rec]).** The default is a data-independent map that guarantees ‖h̃‖ ≤ 1:
+    **Our choice (the method page's [rec]).** The default is a data-independent map that guarantees ‖h̃‖ ≤ 1:
     ``feature_norm="public_clip"``: γ from the public negatives only (:func:`public_normalisation_scale`)
     and per-sample clipping h̃ = h/max(γ, ‖h‖) (:func:`normalise_features` with ``clip=True``); γ is then
     public and Theorem 1 applies as stated. This function is the ``feature_norm="paper_max"`` option,
@@ -184,7 +185,8 @@ def normalisation_scale(features_private: torch.Tensor, features_negative: torch
 
 
 def public_normalisation_scale(features_negative: torch.Tensor) -> float:
-    """γ = max_{x ∈ D⁻} ‖h_0(x)‖₂, computed on the public negatives alone (spec §11 item 2 [rec]).
+    """γ = max_{x ∈ D⁻} ‖h_0(x)‖₂, computed on the public negatives alone
+    (docs/methods/fedaux.md §11 item 2 [rec]).
 
     Data-independent with respect to every client's private data, so it may be shared by all clients using
     the same h_0 and released freely. Use it with :func:`normalise_features` (``clip=True``): private
@@ -242,8 +244,8 @@ def scoring_objective(w: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, lam
     """J(w) and ∇J(w) of Eqs. (9)–(10) in float64.
 
     J(w) = (1/N) Σ_{x ∈ D_i ∪ D⁻} log(1 + exp(−t_x⟨w, x⟩)) + (λ/2)‖w‖², t_x = +1 on ``pos`` (D_i) and −1 on
-    ``neg`` (D⁻), N = n_i + m, no bias. (The paper prints l(z) = log(1 + e^z); that is a sign typo, spec
-    §3.2.) ∇J(w) = −(1/N) Σ t_x·sigmoid(−t_x⟨w, x⟩)·x + λw.
+    ``neg`` (D⁻), N = n_i + m, no bias. (The paper prints l(z) = log(1 + e^z); that is a sign typo,
+    docs/methods/fedaux.md §3.2.) ∇J(w) = −(1/N) Σ t_x·sigmoid(−t_x⟨w, x⟩)·x + λw.
     """
     lam = validate_lam(lam)
     _check_vector("w", w)
@@ -283,7 +285,8 @@ def fit_scoring_weights(pos: torch.Tensor, neg: torch.Tensor, lam: float, tol: f
     Args:
         pos: [n_i, H] normalised private features h̃_0(D_i) (already divided by γ_i), label t = +1.
         neg: [m, H] normalised public negatives h̃_0(D⁻), label t = −1.
-        lam: λ > 0 in the paper's mean-loss units (sklearn's C would be 1/(λN), spec §11 item 3).
+        lam: λ > 0 in the paper's mean-loss units (sklearn's C would be 1/(λN),
+            docs/methods/fedaux.md §11 item 3).
         tol: stopping tolerance on the ∞-norm of ∇J (L-BFGS-B's ``gtol``).
         max_iter: L-BFGS iteration cap (1000, as in the paper).
         check_norm: refuse rows with ‖x‖ > 1 (Theorem 1's premise; the privacy claim needs it).
@@ -331,7 +334,8 @@ def fit_scoring_weights_batched(problems: Sequence[tuple[torch.Tensor, torch.Ten
     (they share nothing but λ, and possibly the negatives), so solving them one after the other gives
     exactly the per-client answers of :func:`fit_scoring_weights`; a loop is used (H ≤ ~800, each solve is
     milliseconds to seconds on CPU). Feature dimensions may differ between clients (architecture
-    prototypes). Every result is cacheable per (features, λ) (spec §12).
+    prototypes). Every result is cacheable per (features, λ)
+    (docs/methods/fedaux.md §12).
     """
     lam = validate_lam(lam)
     return [fit_scoring_weights(pos, neg, lam, tol=tol, max_iter=max_iter) for pos, neg in problems]
@@ -345,7 +349,7 @@ def scoring_sensitivity(lam: float, n: int) -> float:
     """Δ₂ = 2/(λN) (Theorem 1, after Chaudhuri, Monteleoni & Sarwate 2011), N = |D_i| + |D⁻|.
 
     The ℓ2 sensitivity of D_i ↦ w_i* under **replace-one** adjacency on D_i (N fixed, D⁻ public and fixed;
-    spec §4 [rec], §11 item 5), valid because R = ½‖w‖² is 1-strongly convex, |l′| ≤ 1 and ‖h̃‖ ≤ 1.
+    docs/methods/fedaux.md §4 [rec], §11 item 5), valid because R = ½‖w‖² is 1-strongly convex, |l′| ≤ 1 and ‖h̃‖ ≤ 1.
     """
     return 2.0 / (validate_lam(lam) * _validate_count(n))
 
@@ -365,7 +369,8 @@ def privatise_scoring_weights(w: torch.Tensor, lam: float, n: int, epsilon: floa
     then scaled by σ: the global torch RNG is untouched, one seed gives one ŵ, and for one seed
     (ŵ − w)/σ is the same for every (ε, δ) (an ε sweep changes only the noise scale). ``epsilon = math.inf``
     is the non-private arm: σ = 0 and ŵ equals w exactly (nothing is drawn). The classic Gaussian-mechanism
-    calibration is proved for ε < 1 only (spec §11 item 6); larger ε is accepted as in common practice.
+    calibration is proved for ε < 1 only (docs/methods/fedaux.md §11 item 6); larger ε is accepted as in common
+    practice.
 
     Released once per client, so the scoring step costs exactly (ε, δ) however many scores are computed.
     Raises ConfigError naming ``algorithm.lam`` / ``algorithm.epsilon`` / ``algorithm.delta``.

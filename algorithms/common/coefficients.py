@@ -17,7 +17,7 @@ clients are weighted by D_n/D (Eq. 7); c_0 is uniform (§10 #11); the default co
 projection of every column onto the simplex after each step (§8, §10 #12), with ``project=False`` as the
 faithful ``c_constraint='none'`` ablation (q is then clamped at ``eps`` inside the log, §8).
 
-The baselines of spec §5 form c from a rule instead of Eq. 7 (same convention: column n = student n's teacher
+The baselines of §5 form c from a rule instead of Eq. 7 (same convention: column n = student n's teacher
 weights, on the simplex; :mod:`algorithms.mnfl_baselines`): :func:`cosine_similarities` (cosine of the flattened
 soft-prediction matrices on the round's public subset, self = 1, §5 / §10 #28), :func:`similarity_coefficients`
 (Sim-pFL: c[·, n] ∝ max(cos, 0), or the reference code's min–max weights, §5, §11) and :func:`topk_coefficients`
@@ -58,7 +58,8 @@ def _checked(value, field: str, what: str, *, above: float, strict: bool) -> flo
 
 
 def check_rho(rho) -> float:
-    """ρ ≥ 0 (Eq. 4; ρ = 0 is the no-regulariser ablation of spec §9). Raises ConfigError('algorithm.rho')."""
+    """ρ ≥ 0 (Eq. 4; ρ = 0 is the no-regulariser ablation of docs/methods/mnfl.md §9). Raises
+    ConfigError('algorithm.rho')."""
     return _checked(rho, "algorithm.rho", "rho (pull of c toward 1/N, Eq. 4)", above=0, strict=False)
 
 
@@ -68,7 +69,8 @@ def check_coefficient_lr(lr) -> float:
 
 
 def check_lam(lam) -> float:
-    """λ ≥ 0 (Eqs. 2, 7; the spec asks λ > 0, 0 is allowed as a penalty-only ablation). ConfigError('algorithm.lam')."""
+    """λ ≥ 0 (Eqs. 2, 7; docs/methods/mnfl.md §1 asks λ > 0, 0 is allowed as a penalty-only ablation).
+    ConfigError('algorithm.lam')."""
     return _checked(lam, "algorithm.lam", "lam (weight of the KL term, Eqs. 2, 7)", above=0, strict=False)
 
 
@@ -199,7 +201,7 @@ def coefficient_gradient(c: torch.Tensor, soft_predictions: torch.Tensor, client
                       + 2ρ (c[m, n] − 1/N),
 
     with q̃ = max(q, eps), s̃ = max(s, eps): the exact derivative of :func:`coefficient_objective` including its
-    clamp (the indicator is the "+1" of the spec's formula; on the simplex it only shifts each column by a
+    clamp (the indicator is the "+1" of §2.1's formula; on the simplex it only shifts each column by a
     constant, which the projection removes). Column n depends only on client n's term. With
     ``include_penalty=False`` the 2ρ(c − 1/N) part is left out (used by the proximal step).
     """
@@ -227,7 +229,8 @@ def coefficient_step(c: torch.Tensor, soft_predictions: torch.Tensor, client_wei
     The penalty part multiplies (c − 1/N) by (1 − 2η3ρ), so it is stable only for η3·ρ < 1; larger values raise
     ConfigError('algorithm.coefficient_lr') instead of oscillating.
     ``penalty='proximal'``: the exact proximal step of ρ‖c − 1/N‖², c' = (c − η3·g_KL + 2η3ρ/N) / (1 + 2η3ρ),
-    equal to Eq. 7 to first order in η3 and stable for any ρ (ρ → ∞ gives c' = 1/N exactly). Not in the spec.
+    equal to Eq. 7 to first order in η3 and stable for any ρ (ρ → ∞ gives c' = 1/N exactly). Not in
+    docs/methods/mnfl.md.
     ``project=True`` (``c_constraint='simplex'``, the default of §8/§10 #12) projects every column onto the
     simplex afterwards; ``project=False`` is the faithful unconstrained ablation.
     """
@@ -255,7 +258,7 @@ def coefficient_step(c: torch.Tensor, soft_predictions: torch.Tensor, client_wei
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# rule-based coefficients of the baselines (spec §5): Sim-pFL, TopK-pFL
+# rule-based coefficients of the baselines (docs/methods/mnfl.md §5): Sim-pFL, TopK-pFL
 # ---------------------------------------------------------------------------------------------------------------
 
 SIMILARITY_WEIGHTINGS = ("clipped", "minmax")
@@ -263,7 +266,7 @@ TOPK_SELECTIONS = ("topk", "median")
 
 
 def check_topk(k) -> int:
-    """K ≥ 1 clients kept by TopK-pFL (spec §3: 5). Raises ConfigError('algorithm.topk')."""
+    """K ≥ 1 clients kept by TopK-pFL (docs/methods/mnfl.md §3: 5). Raises ConfigError('algorithm.topk')."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ConfigError("algorithm.topk", "topk (clients kept per student, docs/methods/mnfl.md §3) must be an "
                                             "integer "

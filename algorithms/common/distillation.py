@@ -4,16 +4,16 @@ Used by FedED (docs/methods/feded.md §2.4, §2.6) and meant for FedDF, FedAUX a
 student's raw logits ``[B, C]`` and a teacher ``[B, C]`` and returns a scalar (the mean over the batch):
 
 - ``mse_logits``: (1/(B·C)) Σ (z_S − z_T)², the student's **raw logits** regressed onto the teacher's
-  probabilities (eq. 2.10 as the thesis code ran it, ``nn.MSELoss()(logits, z_T)``; spec §2.6, §9 item 1).
-- ``mse_prob``: the same on the student's softmax probabilities (an extension, spec §10).
+  probabilities (eq. 2.10 as the thesis code ran it, ``nn.MSELoss()(logits, z_T)``; §2.6, §9 item 1).
+- ``mse_prob``: the same on the student's softmax probabilities (an extension, §10).
 - ``ce_hard``: cross-entropy against the teacher's argmax, i.e. hard pseudo-labels (what the thesis calls
-  "CE"; spec §2.6, §9 item 2).
+  "CE"; §2.6, §9 item 2).
 - ``kl_soft``: τ²·KL(q_T ‖ q_S) with q_S = softmax(z_S/τ) (eqs. 2.8–2.9, Hinton's τ² scaling). The teacher is
   softened by :func:`soft_targets`: teacher **logits** (FedDF's averaged logits) give softmax(z_T/τ);
   teacher **probabilities** (FedED's weighted ensembles, which have no logits) give softmax(log z_T/τ)
   ∝ z_T^(1/τ), so τ = 1 targets z_T itself (normalised per sample).
 
-Teachers that are not normalised (FedED-w1, spec §2.5) are used as they are by ``mse_*`` and ``ce_hard``
+Teachers that are not normalised (FedED-w1, §2.5) are used as they are by ``mse_*`` and ``ce_hard``
 and normalised by ``kl_soft``. Zero teacher entries contribute 0 to the KL (0·log 0 = 0).
 
 For logit ensembles (FedDF, FedAUX): :func:`weighted_logit_ensemble` forms the teacher logits

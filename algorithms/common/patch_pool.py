@@ -2,7 +2,7 @@
 §2).
 
 :func:`make_patch_pool` expands one source image into ``size`` crops of ``out_size``×``out_size`` pixels,
-deterministically from ``seed``, with the official pipeline of spec §2.2 (in this order, all on the uint8 image):
+deterministically from ``seed``, with the official pipeline of §2.2 (in this order, all on the uint8 image):
 
 1. **Initial random crop**: a square of side ``floor(init_crop · min(H, W))`` (default 0.5) at a uniform position
    (avoids over-sampling the image centre).
@@ -12,14 +12,14 @@ deterministically from ``seed``, with the official pipeline of spec §2.2 (in th
    ``int(√2 · out_size)`` (45 for 32) — the √2 margin leaves room for the rotation.
 3. **Affine**: rotation ``U(±rot_deg)`` (default 30) and x-shear ``U(±shear_deg)`` (default 30) about the
    centre, no translation, no scale, bilinear, fill 0.
-4. **Flips**: none by default (``hflip=False``, ``vflip=False``: the official code adds neither, spec §2.2 item 4
+4. **Flips**: none by default (``hflip=False``, ``vflip=False``: the official code adds neither, §2.2 item 4
    and §8 A1); when enabled each is applied with probability 0.5.
 5. **Centre crop** to ``out_size``.
 6. **Colour jitter** with probability ``jitter_p`` (default 0.5): brightness/contrast/saturation factors
    ``U(1 ± 0.4)`` and hue shift ``U(±0.1)``, the four applied in a random order (as ``ColorJitter`` does).
    No blur, no normalisation at generation time.
 7. Optional JPEG round trip with PIL (``jpeg_quality``, default ``None`` = off; the authors stored crops as JPEG, which
-   is lossy, spec §8 A21).
+   is lossy, §8 A21).
 
 Determinism (how randomness is drawn). One ``torch.Generator`` (CPU) is seeded once with ``seed``; crops are made
 in index order 0, 1, …, size−1, and every random number of crop ``k`` is drawn from that generator before any of
@@ -39,12 +39,12 @@ shear); one uniform per enabled flip; one uniform for "jitter or not" and, if ji
 The geometric steps are per crop (every crop has its own box, angle and shear); they run in a plain loop over
 uint8 tensors with ``torchvision.transforms.v2.functional`` and write into one preallocated output tensor, so
 memory is ``size·3·out_size²`` bytes (150 MB for 50k crops of 32×32). :func:`pool_to_float` normalises a pool
-(or a batch of it) with the **target private dataset's** mean/std (spec §2.2 "Storage and loading").
+(or a batch of it) with the **target private dataset's** mean/std (§2.2 "Storage and loading").
 
 Bad settings raise :class:`algorithms.errors.ConfigError` naming the config field (``public.size``,
 ``public.patch_size`` (the crop side; the platform takes it from the private images), ``public.image``, and
-``public.patches.<setting>`` for the transform settings, which :func:`validate_settings` checks alone). The spec
-sets no upper limit on the pool size (§2.1: "pool size is arbitrary"), so only ``size < 1`` is rejected here
+``public.patches.<setting>`` for the transform settings, which :func:`validate_settings` checks alone). The method
+page sets no upper limit on the pool size (§2.1: the number of crops is free), so only ``size < 1`` is rejected here
 (the platform refuses pools larger than the image's pixel count, :mod:`platform.data.patch_pool_source`). Pure
 PyTorch + torchvision + numpy.
 """
@@ -60,7 +60,8 @@ from algorithms.errors import ConfigError
 
 __all__ = ["make_patch_pool", "pool_to_float", "image_to_uint8_chw", "validate_settings", "DEFAULT_SETTINGS"]
 
-#: The official generator's settings (spec §2.2 [C], §8 A1); keyword arguments of :func:`make_patch_pool`.
+#: The official generator's settings (docs/methods/single_image.md §2.2 [C], §8 A1); keyword arguments of
+#: :func:`make_patch_pool`.
 DEFAULT_SETTINGS = {
     "init_crop": 0.5,
     "scale": (1.0 / 500.0, 1.0),
@@ -208,9 +209,10 @@ def _jpeg_roundtrip(patch: torch.Tensor, quality: int) -> torch.Tensor:
 def make_patch_pool(image, size: int, out_size: int = 32, seed: int = 0, **settings) -> torch.Tensor:
     """``size`` augmented crops of ``image`` as a uint8 tensor [size, 3, out_size, out_size] (module docstring).
 
-    ``settings`` (defaults in :data:`DEFAULT_SETTINGS`, the official code's, spec §2.2 / §8 A1): ``init_crop``,
-    ``scale``, ``ratio``, ``rot_deg``, ``shear_deg``, ``hflip``, ``vflip``, ``jitter_p``, ``jitter`` (brightness,
-    contrast, saturation, hue) and ``jpeg_quality``. Deterministic from ``seed`` and prefix-stable in ``size``.
+    ``settings`` (defaults in :data:`DEFAULT_SETTINGS`, the official code's, docs/methods/single_image.md §2.2 /
+    §8 A1): ``init_crop``, ``scale``, ``ratio``, ``rot_deg``, ``shear_deg``, ``hflip``, ``vflip``, ``jitter_p``,
+    ``jitter`` (brightness, contrast, saturation, hue) and ``jpeg_quality``. Deterministic from ``seed`` and
+    prefix-stable in ``size``.
     """
     img = image_to_uint8_chw(image)
     _, height, width = img.shape
@@ -284,9 +286,10 @@ def pool_to_float(pool: torch.Tensor, mean: Sequence[float], std: Sequence[float
                   grayscale: bool = False, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Normalise a uint8 pool [N, 3, S, S] (or one crop [3, S, S]): ``(x/255 − mean)/std`` per channel.
 
-    ``mean``/``std`` are the target private dataset's statistics (spec §2.2; e.g. CIFAR-10 (0.4914, 0.4822,
-    0.4465) / (0.2023, 0.1994, 0.2010)); one value broadcasts over channels. ``grayscale=True`` first converts
-    to one channel (ITU-R 601 luma, as for OrganAMNIST / PneumoniaMNIST). Works on any device the pool is on.
+    ``mean``/``std`` are the target private dataset's statistics (docs/methods/single_image.md §2.2; e.g. CIFAR-10
+    (0.4914, 0.4822, 0.4465) / (0.2023, 0.1994, 0.2010)); one value broadcasts over channels. ``grayscale=True``
+    first converts to one channel (ITU-R 601 luma, as for OrganAMNIST / PneumoniaMNIST). Works on any device the
+    pool is on.
     """
     if pool.dtype != torch.uint8:
         raise ValueError(f"pool must be uint8, got {pool.dtype}")

@@ -2,13 +2,13 @@
 tensors.
 
 The server runs the current global model ``M_G`` once (eval mode) over the whole pool and hands the outputs here
-(no model inside this module; spec §3.1):
+(no model inside this module; §3.1):
 
 * ``features`` [N, D]: penultimate embeddings ``z_i`` (after global average pooling);
 * ``probs`` [N, C]: ``softmax(g(x_i))`` at temperature 1, no logit clipping. The pseudo-label is
   ``ŷ_i = argmax_n probs[i, n]`` (first maximum on ties) and the confidence ``conf_i = max_n probs[i, n]``.
 
-Stages, in the spec's order (§3.4): :func:`kmeans_balance` first, then :func:`entropy_prune` on what it kept;
+Stages, in the method page's order (§3.4): :func:`kmeans_balance` first, then :func:`entropy_prune` on what it kept;
 :func:`select_pool` combines them and reports the size after each stage. All outputs are sorted ``LongTensor``
 indices into the pool; all tie-breaking is by pool index (stable sorts), so a selection is a pure function of
 the inputs and the seed.
@@ -20,7 +20,7 @@ Sizes (N = pool size, s = final target, e = entropy rate):
 * both on: ``s_K = floor(s / (1 − e))`` (paper/code sizing), so the final size is ≈ s;
   K-means only: ``s_K = s``; entropy only: final ≈ ``(1 − e)·N`` (set ``N = s/(1 − e)``).
   With the main configuration (N = 50,000, s = 5,000, e = 0.9) ``s_K = N`` and K-means is a provable no-op
-  (spec §3.4, §8 A3): :func:`select_pool` then skips the fit, says so in its stats (``kmeans_noop``) and warns.
+  (§3.4, §8 A3): :func:`select_pool` then skips the fit, says so in its stats (``kmeans_noop``) and warns.
   ``kmeans_keep_ratio`` (``s_K = floor(ratio · N)``) makes K-means bite regardless of s and e.
 
 Invalid hyper-parameters raise :class:`algorithms.errors.ConfigError` naming the config key
@@ -46,7 +46,8 @@ __all__ = ["confidence_scores", "entropy_prune", "kmeans_balance", "kmeans_targe
 
 ENTROPY_MODES = ("top", "bottom", "random")
 KMEANS_VARIANTS = ("easy", "hard", "mixed")
-#: K-means restarts: fixed to 1 as in the official code (spec §3.2 [C], §5); ``random_state`` = the seed.
+#: K-means restarts: fixed to 1 as in the official code (docs/methods/single_image.md §3.2 [C], §5);
+#: ``random_state`` = the seed.
 KMEANS_N_INIT = 1
 _EPS = 1e-9  # guards floor() against binary rounding (0.29·100 = 28.999…); exact for N up to ~1e6
 
@@ -73,7 +74,8 @@ def _check_rate(rate) -> float:
 
 
 def confidence_scores(logits: torch.Tensor, score: str = "maxprob") -> torch.Tensor:
-    """Per-crop confidence [N] from raw logits (spec §3.3, §8 A2); higher = more confident.
+    """Per-crop confidence [N] from raw logits (docs/methods/single_image.md §3.3, §8 A2); higher = more
+    confident.
 
     ``maxprob`` (default, the code's and Alg. 3's): ``max softmax``; ``maxlogit`` (Eq. 4 as written): the max
     logit; ``entropy``: the negated Shannon entropy of the softmax (true entropy; low entropy = confident).
@@ -93,7 +95,8 @@ def confidence_scores(logits: torch.Tensor, score: str = "maxprob") -> torch.Ten
 def entropy_prune(probs: torch.Tensor, rate: float, mode: str = "top",
                   generator: Optional[torch.Generator] = None, *, confidence: Optional[torch.Tensor] = None,
                   random_with_replacement: bool = False) -> torch.Tensor:
-    """Entropy ("confidence") pruning, per predicted class (spec §3.3, Eq. 4 / Alg. 3). Returns kept indices.
+    """Entropy ("confidence") pruning, per predicted class (docs/methods/single_image.md §3.3, Eq. 4 / Alg. 3).
+    Returns kept indices.
 
     For every predicted class ``c`` with ``n_c`` members, remove ``r_c = floor(e · n_c)`` of them and keep
     ``n_c − r_c``; in total exactly ``Σ_c (n_c − floor(e · n_c))`` indices are kept (slightly above
@@ -162,7 +165,7 @@ def _pick(order: torch.Tensor, n_easy: int, n_hard: int) -> torch.Tensor:
 
 def kmeans_target_size(pool_size: int, num_distill: Optional[int], entropy_rate: Optional[float],
                        keep_ratio: Optional[float] = None) -> int:
-    """``s_K``, the K-means stage's output size (spec §3.4), capped at ``pool_size``.
+    """``s_K``, the K-means stage's output size (docs/methods/single_image.md §3.4), capped at ``pool_size``.
 
     ``keep_ratio`` given: ``floor(keep_ratio · N)`` (the explicit knob for studies of K-means itself).
     Otherwise the paper/code sizing: ``floor(s / (1 − e))`` with entropy pruning on (``e > 0``), else ``s``.
@@ -183,7 +186,8 @@ def kmeans_target_size(pool_size: int, num_distill: Optional[int], entropy_rate:
 def kmeans_balance(features: torch.Tensor, probs: torch.Tensor, k: int, f_k: float = 1.0, variant: str = "hard",
                    keep_ratio: Optional[float] = None, seed: int = 0, easy_bug: bool = False, *,
                    size: Optional[int] = None, mix_easy_pct: float = 50.0, max_iter: int = 300) -> torch.Tensor:
-    """K-means based class balancing (spec §3.2, Eq. 1–3, Alg. 2). Returns ``min(s_K, N)`` kept indices.
+    """K-means based class balancing (docs/methods/single_image.md §3.2, Eq. 1–3, Alg. 2). Returns
+    ``min(s_K, N)`` kept indices.
 
     Output size ``s_K``: ``size`` if given, else ``floor(keep_ratio · N)``. Paper sizing (§3.4): the caller
     passes ``size = floor(s / (1 − e))`` when entropy pruning follows (``s`` alone without it) — with the main
@@ -196,14 +200,14 @@ def kmeans_balance(features: torch.Tensor, probs: torch.Tensor, k: int, f_k: flo
     2. ``C`` = number of distinct **predicted** classes (argmax probs), not the dataset's class count.
     3. Per-class lower bound ``LB = floor(s_K / C · F^K)``.
     4. Per predicted class (members sorted by ``d`` ascending, ties by index): ``hard`` takes the ``LB``
-       largest-``d`` crops (Eq. 3 with ``≥`` at the boundary, spec §8 A26), ``easy`` the ``LB`` smallest (Eq. 2),
+       largest-``d`` crops (Eq. 3 with ``≥`` at the boundary, §8 A26), ``easy`` the ``LB`` smallest (Eq. 2),
        ``mixed`` ``LB − floor(LB·(100−a)/100)`` smallest ∪ ``floor(LB·(100−a)/100)`` largest with ``a =
        mix_easy_pct`` (default 50-50). A class with fewer than LB members gives what it has (for ``mixed``,
        overlapping easy/hard picks count once, so it may give fewer, as in the code).
     5. Global fill: the remaining ``s_K − |selected|`` slots come from all leftover crops with the same
        heuristic on ``d``, ignoring classes.
 
-    ``easy_bug=True`` replicates the official code's "easy" (spec §3.2 [C], §8 A4): per quota ``q`` it takes
+    ``easy_bug=True`` replicates the official code's "easy" (§3.2 [C], §8 A4): per quota ``q`` it takes
     ``ceil(q/2)`` smallest + ``floor(q/2)`` largest, i.e. ``easy`` behaves exactly like ``mixed`` 50-50. The
     default implements easy correctly as (100, 0). ``K > N`` raises ``ConfigError`` (``algorithm.kmeans_k``).
     """
@@ -273,7 +277,8 @@ def select_pool(probs: torch.Tensor, features: Optional[torch.Tensor] = None, *,
                 easy_bug: bool = False, mix_easy_pct: float = 50.0, seed: int = 0,
                 generator: Optional[torch.Generator] = None, confidence: Optional[torch.Tensor] = None,
                 random_with_replacement: bool = False) -> tuple[torch.Tensor, dict]:
-    """One round's selection (spec §3.4): K-means balancing (if ``kmeans``), then entropy pruning (if e > 0).
+    """One round's selection (docs/methods/single_image.md §3.4): K-means balancing (if ``kmeans``), then entropy
+    pruning (if e > 0).
 
     Returns sorted pool indices and ``{"pool": N, "kmeans_target": s_K or None, "kmeans_noop": bool,
     "after_kmeans": size, "after_entropy": size, "selected": final size}`` for metrics.
@@ -283,7 +288,7 @@ def select_pool(probs: torch.Tensor, features: Optional[torch.Tensor] = None, *,
     * K-means only: ``s_K = s`` (or the keep ratio); entropy only: pruning of the whole pool (``s`` unused;
       final ≈ (1 − e)·N); neither: the whole pool.
     * When ``s_K ≥ N`` K-means is skipped (provable no-op), ``kmeans_noop`` is True and a ``UserWarning`` says
-      so — the main configuration (N = 50k, s = 5k, e = 0.9) is such a case (spec §3.4, §8 A3).
+      so — the main configuration (N = 50k, s = 5k, e = 0.9) is such a case (§3.4, §8 A3).
 
     ``generator`` drives ``entropy_mode='random'``; when None one is seeded from ``seed``. ``seed`` is also
     K-means' ``random_state`` (the same every round, as in the code).

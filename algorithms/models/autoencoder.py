@@ -4,7 +4,7 @@ Each client trains one on its local data; the server weights client k's teacher 
 reconstruction loss l_k(x) its autoencoder gives, so :meth:`ConvAutoencoder.per_sample_loss` is the quantity the
 algorithm needs. These are not classifiers and live in their own registry, :data:`AUTOENCODERS`.
 
-We follow the thesis **code**, not its tables, as spec §9 item 6 recommends for fidelity:
+We follow the thesis **code**, not its tables, as §9 item 6 recommends for fidelity:
 - encoder: Conv(w0, 3×3, s2, p1) + ReLU → Conv(w1, 3×3, s2, p1) + BN + ReLU → Conv(w2, 3×3, s2, p0) + ReLU
   (BN only after the second conv, before its ReLU);
 - bottleneck: Linear(flat, 128) + ReLU → Linear(128, latent) → Linear(latent, 128) + ReLU →
@@ -12,7 +12,7 @@ We follow the thesis **code**, not its tables, as spec §9 item 6 recommends for
 - decoder: ConvT(w1) + BN + ReLU → ConvT(w0) + BN + ReLU → ConvT(C) → **sigmoid** (the tables say ReLU).
 
 The sigmoid output lives in [0, 1] while the classifiers' inputs are usually normalised; the thesis tuned
-β = 6 in that regime (spec §9 item 5), so we keep it and leave input scaling to the caller.
+β = 6 in that regime (§9 item 5), so we keep it and leave input scaling to the caller.
 
 Geometry: MNIST's decoder mirrors the encoder exactly (3 → 7 → 14 → 28). The CIFAR code uses padding 0 in all
 three transposed convs (3 → 7 → 15 → 32, output_padding 1 on the last); we reproduce that whenever it lands on
@@ -121,13 +121,13 @@ class ConvAutoencoder(nn.Module):
 
 def _feded_mnist(input_shape) -> ConvAutoencoder:
     """FedED MNIST/EMNIST AE (Table A.4 as coded): widths 8/16/32, latent 4; 87,125 params on 1×28×28
-    (spec: ≈87.1k)."""
+    (docs/methods/feded.md §5.4: ≈87.1k)."""
     return ConvAutoencoder(input_shape, (8, 16, 32), latent_dim=4)
 
 
 def _feded_cifar(input_shape) -> ConvAutoencoder:
     """FedED CIFAR-10 AE (Table A.5 as coded): widths 32/64/128, latent 64, the code's 3 → 7 → 15 → 32 decoder;
-    499,459 params on 3×32×32 (spec: ≈499.5k)."""
+    499,459 params on 3×32×32 (docs/methods/feded.md §5.4: ≈499.5k)."""
     return ConvAutoencoder(input_shape, (32, 64, 128), latent_dim=64, cifar_code_decoder=True)
 
 

@@ -104,7 +104,7 @@ def _emnist_cnn3(input_shape, num_classes):
     """FedED EMNIST CNN3 (docs/methods/feded.md §5.2, Table A.3): Conv8(5×5,p2) → ReLU → MaxPool2 →
     Conv16(5×5,p2) → ReLU → MaxPool2 → Flatten(784) → Linear; 23,834 params on 1×28×28, 26 classes.
 
-    This is the post-2022-05-02 definition the table describes, not the older, bigger net (spec §5.2).
+    This is the post-2022-05-02 definition the table describes, not the older, bigger net (§5.2).
     """
     in_ch = input_shape[0]
     features = nn.Sequential(
@@ -130,7 +130,7 @@ def _leaf_cnn(input_shape, num_classes):
     Init as in the thesis code: Xavier-normal weights on conv1, conv2 and dense1, all biases 0; dense2 keeps
     PyTorch's default weight init. The code applies Xavier to dense1 twice; once is the same distribution.
     Note: LEAF's own FEMNIST CNN (5×5 convs, a 2048-unit dense layer) is a different, bigger net; this is the
-    one the spec describes.
+    one the method page describes.
     """
     in_ch = input_shape[0]
     conv1, conv2 = nn.Conv2d(in_ch, 32, 3), nn.Conv2d(32, 64, 3)
@@ -175,7 +175,7 @@ def _fedavg_cnn(input_shape, num_classes):
     """"The CNN of McMahan et al. 2017" for MNFL's homogeneous runs, in the layout docs/methods/mnfl.md §4 recommends:
     Conv32(5×5,p2) → ReLU → MaxPool2 → Conv64(5×5,p2) → ReLU → MaxPool2 → Linear(512) → ReLU | Linear(C).
     Padding 2 lets it take 28×28 and 32×32: 1,663,370 params on 1×28×28 and 2,156,490 on 3×32×32 (10 classes),
-    matching the spec's ≈1.66M / ≈2.16M (§7). Features are the 512-d hidden layer."""
+    matching the method page's ≈1.66M / ≈2.16M (§7). Features are the 512-d hidden layer."""
     in_ch = input_shape[0]
     trunk = nn.Sequential(
         nn.Conv2d(in_ch, 32, 5, padding=2), nn.ReLU(), MaxPool2d(2),
@@ -192,7 +192,7 @@ def _lenet(input_shape, num_classes):
 
     Conv6(5×5, no pad) → ReLU → MaxPool2 → Conv16(5×5) → ReLU → MaxPool2 → Flatten → Linear(120) → ReLU →
     Linear(84) → ReLU | Linear(C). ReLU instead of the original tanh, as the usual modern variant. On a 28×28
-    input this gives 44,426 params (1 channel) / 44,726 (3 channels), the spec's "LeNet (small input) ≈45K"
+    input this gives 44,426 params (1 channel) / 44,726 (3 channels), the method page's "LeNet (small input) ≈45K"
     (§7); on 3×32×32, 62,006. Needs at least 16×16 inputs (two unpadded 5×5 convs, two pools), so 8×8 is refused.
     Features are the 84-d layer.
     """
@@ -216,7 +216,7 @@ def _alexnet(input_shape, num_classes):
     Conv256 → ReLU → Conv256 → ReLU → MaxPool2 → Flatten → Dropout(0.5) → Linear(4096) → ReLU → Dropout(0.5) →
     Linear(4096) → ReLU | Linear(C). It is AlexNet's five-conv/three-FC shape with 3×3 kernels for small
     images. On 3×28×28 (grey repeated to 3 channels, as the MNFL reference does) it has 20,126,538 params, the
-    spec's ≈20.1M; on 3×32×32, 23,272,266. Total stride 16: inputs must be at least 15×15, so 8×8 is refused.
+    method page's ≈20.1M; on 3×32×32, 23,272,266. Total stride 16: inputs must be at least 15×15, so 8×8 is refused.
     Features are the 4096-d layer.
     """
     in_ch = input_shape[0]

@@ -53,7 +53,7 @@ def _resnet8(input_shape, num_classes):
     """FedAUX's ResNet-8 (docs/methods/fedaux.md §6.2): torchvision ``ResNet(BasicBlock, [1, 1, 1, 1])`` with conv1
     replaced by a 3×3 stride-1 conv (64 ch) and no max-pool. Stages 64/128/256/512 and global average pooling
     give **512-d features** (the paper's h_0(x) ∈ R^512). 4,903,242 params with 10 classes, 4,949,412 with 100
-    (spec: ≈4.90M / ≈4.95M). Much wider than FedDF's or the single-image paper's ResNet-8 (``resnet8_narrow``).
+    (§6.2: ≈4.90M / ≈4.95M). Much wider than FedDF's or the single-image paper's ResNet-8 (``resnet8_narrow``).
     """
     from torchvision.models.resnet import BasicBlock, ResNet
 
@@ -64,7 +64,7 @@ def _resnet8(input_shape, num_classes):
 @register("resnet18")
 def _resnet18(input_shape, num_classes):
     """CIFAR-style ResNet-18 (MNFL's client model, docs/methods/mnfl.md §4, §11): torchvision ``resnet18`` with a 3×3
-    stride-1 stem and no max-pool; 11,173,962 params on 3×32×32 with 10 classes (spec §7: 11.17M). 512-d
+    stride-1 stem and no max-pool; 11,173,962 params on 3×32×32 with 10 classes (§7: 11.17M). 512-d
     features."""
     from torchvision.models import resnet18
 
@@ -138,7 +138,7 @@ def cifar_resnet(input_shape, num_classes: int, depth: int, widths=(16, 32, 64))
 @register("resnet8_narrow")
 def _resnet8_narrow(input_shape, num_classes):
     """The single-image paper's ResNet-8 (docs/methods/single_image.md §6.3): CIFAR ResNet, widths 16/32/64, one block
-    per stage; 78,042 params on 3×32×32 with 10 classes (spec: "about 78k"). 64-d features. Named ``_narrow``
+    per stage; 78,042 params on 3×32×32 with 10 classes (§6.3: "about 78k"). 64-d features. Named ``_narrow``
     because ``resnet8`` is FedAUX's 512-d ResNet-8."""
     return cifar_resnet(input_shape, num_classes, depth=8)
 
@@ -146,7 +146,7 @@ def _resnet8_narrow(input_shape, num_classes):
 @register("resnet20")
 def _resnet20(input_shape, num_classes):
     """CIFAR ResNet-20 (docs/methods/single_image.md §6.3): widths 16/32/64, three blocks per stage, 1×1 conv + BN
-    shortcuts; 272,474 params on 3×32×32 with 10 classes (spec: "about 0.27M"). 64-d features."""
+    shortcuts; 272,474 params on 3×32×32 with 10 classes (§6.3: "about 0.27M"). 64-d features."""
     return cifar_resnet(input_shape, num_classes, depth=20)
 
 
@@ -176,7 +176,7 @@ class _PreActUnit(nn.Module):
 def _wrn16_4(input_shape, num_classes):
     """Pre-activation Wide ResNet-16-4 (docs/methods/single_image.md §6.3, pytorchcv style): 3×3 stem (16 ch), three
     stages of two units with widths 64/128/256 and strides 1/2/2, final BN + ReLU, average pool, linear head.
-    Kaiming-uniform conv init. 2,748,890 params on 3×32×32 with 10 classes (spec: "about 2.7M"); 256-d features.
+    Kaiming-uniform conv init. 2,748,890 params on 3×32×32 with 10 classes (§6.3: "about 2.7M"); 256-d features.
 
     Deviation: the reference pools with a fixed 8×8 window, which assumes 32×32 inputs. We pool adaptively to
     1×1; on 32×32 (an 8×8 final map) the result is identical, and other sizes also work.

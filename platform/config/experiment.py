@@ -31,7 +31,8 @@ class DatasetConfig:
     download: bool = spec(False, doc="Let torchvision download missing files (needs a network).")
     normalization: Optional[str] = spec(None, doc="Input normalisation, see platform.data.NORMALIZATIONS "
                                                   "(none, mnist, imagenet, cifar10, ...); null = the dataset's "
-                                                  "default (the one its spec uses, e.g. docs/methods/feded.md §4.1).")
+                                                  "default (the one its method page uses, e.g. "
+                                                  "docs/methods/feded.md §4.1).")
     split: Optional[str] = spec(None, doc="EMNIST split: letters (default; docs/methods/feded.md §4.1), balanced, "
                                           "byclass, bymerge, digits, mnist.")
     emnist_upright: bool = spec(False, doc="EMNIST only: transpose images to MNIST's orientation (torchvision "

@@ -7,7 +7,7 @@ once, here, and ``docs/reference/paper_settings.md`` is generated from them (``p
     presets:
       paper:
         title: MNIST, 100 clients, 20 per round (Appendix C)    # one line
-        document: fedkp_fedpa.md                                # the spec digest the values come from
+        document: fedkp_fedpa.md                                # the method page (docs/methods/) the values come from
         base: {dataset.name: mnist, clients.num_clients: 100}   # dotted keys set on base; null removes a key
         scenarios: {partition.alpha: [10, 0.1]}                 # per key: replaces that dimension; null removes it
         parameters: {algorithm.bandwidth_scaling: {loguniform: [0.01, 10.0]}}  # per key; null removes

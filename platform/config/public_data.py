@@ -51,26 +51,35 @@ class PatchPoolConfig:
     §8 A1)."""
 
     init_crop: float = spec(DEFAULT_SETTINGS["init_crop"], doc="Side of the initial random square crop as a "
-                                                               "fraction of min(H, W) (spec §2.2 step 1: 0.5).",
+                                                               "fraction of min(H, W) "
+                                                               "(docs/methods/single_image.md §2.2 step 1: 0.5).",
                             gt=0, le=1)
     scale: tuple[float, float] = spec(tuple(DEFAULT_SETTINGS["scale"]), doc="Random-resized-crop area fraction "
-                                      "range of the initial crop (spec §2.2 step 2: [1/500, 1]).")
+                                      "range of the initial crop (docs/methods/single_image.md §2.2 step 2: "
+                                      "[1/500, 1]).")
     ratio: tuple[float, float] = spec(tuple(DEFAULT_SETTINGS["ratio"]), doc="Random-resized-crop aspect-ratio "
-                                      "range, log-uniform (spec §2.2 step 2: [3/4, 4/3]).")
-    rot_deg: float = spec(DEFAULT_SETTINGS["rot_deg"], doc="Rotation uniform in ±rot_deg degrees (spec §2.2 step "
-                                                           "3: 30; the paper's '35°' is in no code).", ge=0, le=180)
-    shear_deg: float = spec(DEFAULT_SETTINGS["shear_deg"], doc="x-shear uniform in ±shear_deg degrees (spec §2.2 "
-                                                               "step 3: 30).", ge=0, le=180)
+                                      "range, log-uniform (docs/methods/single_image.md §2.2 step 2: [3/4, 4/3]).")
+    rot_deg: float = spec(DEFAULT_SETTINGS["rot_deg"], doc="Rotation uniform in ±rot_deg degrees "
+                                                           "(docs/methods/single_image.md §2.2 step 3: 30; the "
+                                                           "paper's '35°' is in no code).", ge=0, le=180)
+    shear_deg: float = spec(DEFAULT_SETTINGS["shear_deg"], doc="x-shear uniform in ±shear_deg degrees "
+                                                               "(docs/methods/single_image.md §2.2 step 3: 30).",
+                            ge=0, le=180)
     hflip: bool = spec(DEFAULT_SETTINGS["hflip"], doc="Random horizontal flip (p 0.5); off in the official "
-                                                      "pipeline (spec §2.2 step 4, §8 A1).")
-    vflip: bool = spec(DEFAULT_SETTINGS["vflip"], doc="Random vertical flip (p 0.5); off (spec §2.2 step 4).")
-    jitter_p: float = spec(DEFAULT_SETTINGS["jitter_p"], doc="Probability of colour jitter per crop (spec §2.2 "
-                                                             "step 6: 0.5).", ge=0, le=1)
+                                                      "pipeline (docs/methods/single_image.md §2.2 step 4, "
+                                                      "§8 A1).")
+    vflip: bool = spec(DEFAULT_SETTINGS["vflip"], doc="Random vertical flip (p 0.5); off "
+                                                      "(docs/methods/single_image.md §2.2 step 4).")
+    jitter_p: float = spec(DEFAULT_SETTINGS["jitter_p"], doc="Probability of colour jitter per crop "
+                                                             "(docs/methods/single_image.md §2.2 step 6: 0.5).",
+                           ge=0, le=1)
     jitter: tuple[float, float, float, float] = spec(tuple(DEFAULT_SETTINGS["jitter"]), doc="Colour jitter "
-                                                     "(brightness, contrast, saturation, hue) (spec §2.2 step 6: "
+                                                     "(brightness, contrast, saturation, hue) "
+                                                     "(docs/methods/single_image.md §2.2 step 6: "
                                                      "[0.4, 0.4, 0.4, 0.1]).")
     jpeg_quality: Optional[int] = spec(DEFAULT_SETTINGS["jpeg_quality"], doc="JPEG round trip of every crop at "
-                                       "this quality, as the authors stored crops (spec §8 A21); null = off.",
+                                       "this quality, as the authors stored crops "
+                                       "(docs/methods/single_image.md §8 A21); null = off.",
                                        ge=1, le=100)
 
     def settings(self) -> dict:
@@ -153,15 +162,17 @@ class PretrainConfig:
     method: str = spec("none", doc="none, or simclr: SimCLR pre-training of every architecture's feature extractor "
                                    "on the public data (docs/methods/fedaux.md §3.2 P1); FedAvg+P / FedDF+P / FedAUX.",
                        choices=PRETRAIN_METHODS)
-    epochs: int = spec(50, doc="Pre-training epochs over the public pool; the reference code ran 100 (spec §5). "
+    epochs: int = spec(50, doc="Pre-training epochs over the public pool; the reference code ran 100 "
+                               "(docs/methods/fedaux.md §5). "
                                "50 keeps the embedded default (digits32) at about a minute on 2 busy CPUs.", ge=1)
     batch_size: int = spec(512, doc="B, images per global batch (2B views), drop_last; capped at the pool size and "
-                                    "rounded down to a multiple of workers (spec §3.2 P1: 512).", ge=2)
-    lr: float = spec(1e-3, doc="Adam learning rate (spec §3.2 P1).", gt=0)
-    weight_decay: float = spec(1e-6, doc="Adam weight decay (spec §3.2 P1, [code]).", ge=0)
-    temperature: float = spec(0.5, doc="τ of the NT-Xent loss (spec §3.2 P1, [code]).", gt=0)
+                                    "rounded down to a multiple of workers (docs/methods/fedaux.md §3.2 P1: 512).",
+                           ge=2)
+    lr: float = spec(1e-3, doc="Adam learning rate (docs/methods/fedaux.md §3.2 P1).", gt=0)
+    weight_decay: float = spec(1e-6, doc="Adam weight decay (docs/methods/fedaux.md §3.2 P1, [code]).", ge=0)
+    temperature: float = spec(0.5, doc="τ of the NT-Xent loss (docs/methods/fedaux.md §3.2 P1, [code]).", gt=0)
     projection_dim: int = spec(128, doc="Output of the projection head Linear(H→H, no bias) → BN → ReLU → "
-                                        "Linear(H→projection_dim) (spec §3.2 P1, [code]).", ge=1)
+                                        "Linear(H→projection_dim) (docs/methods/fedaux.md §3.2 P1, [code]).", ge=1)
     workers: int = spec(2, doc="Ray Train workers (data-parallel, DDP when > 1); part of the cache key.", ge=1)
     use_gpu: Union[bool, str] = spec("auto", doc="auto: a GPU per worker when the cluster has one for every "
                                                  "worker; true: require it; false: CPUs only.")

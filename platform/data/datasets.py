@@ -7,9 +7,9 @@ where, and how to get them.
 
 Embedded (always available):
 
-- ``digits``: scikit-learn's 8×8 digits, [0, 1], fixed stratified 80/20 split (not in any spec).
+- ``digits``: scikit-learn's 8×8 digits, [0, 1], fixed stratified 80/20 split (not in any method page).
 - ``digits32``: the same images and split, bilinearly upscaled to 32×32 and repeated to 3 channels, so
-  CIFAR-shaped models can be smoke-tested without a download (not in any spec).
+  CIFAR-shaped models can be smoke-tested without a download (not in any method page).
 - ``synthetic``: the Synthetic(α, β) generator of the FedProx paper (Li et al. 2020), also shipped by LEAF.
 - ``sample_image``: scikit-learn's bundled photos, the *source image* of the single-image method
   (docs/methods/single_image.md §2.3). Not a labelled dataset: :func:`load_source_image` reads it and the public
@@ -20,8 +20,9 @@ Read with torchvision's own dataset classes from ``dataset.root`` (``download=da
 ``stl10`` (labelled train/test; ``unlabeled`` for public data) and ``svhn``.
 
 Normalisation is a named option (``dataset.normalization``, :data:`NORMALIZATIONS`); each dataset has the
-default its spec uses. With ``stand_in`` (``dataset.stand_in``, copied from the experiment's), :func:`read_split`
-generates every torchvision split instead (:mod:`platform.data.stand_in`) and no files or root are needed.
+default its method page (docs/methods/) uses. With ``stand_in`` (``dataset.stand_in``, copied from the
+experiment's), :func:`read_split` generates every torchvision split instead (:mod:`platform.data.stand_in`) and no
+files or root are needed.
 """
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ NORMALIZATIONS: dict[str, Normalization] = {
     "none": Normalization((), (), "no normalisation: pixels stay in [0, 1] (docs/methods/fedkp_fedpa.md §7.2 MNIST)"),
     "mnist": Normalization((0.1307,), (0.3081,), "MNIST mean/std; docs/methods/feded.md §4.1 uses it for MNIST and "
                                                  "EMNIST"),
-    "fashion_mnist": Normalization((0.2860,), (0.3530,), "Fashion-MNIST mean/std (no spec states one)"),
+    "fashion_mnist": Normalization((0.2860,), (0.3530,), "Fashion-MNIST mean/std (no method page states one)"),
     "imagenet": Normalization((0.485, 0.456, 0.406), (0.229, 0.224, 0.225),
                               "ImageNet mean/std; docs/methods/feded.md §4.1 uses it for CIFAR-10"),
     "cifar10": Normalization((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010),

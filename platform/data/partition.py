@@ -91,9 +91,9 @@ def dirichlet_equal_partition(labels: np.ndarray, num_clients: int, alpha: float
     Draw a C×K matrix whose rows are Dir_K(α); Sinkhorn-normalise it alternately (columns, then rows; at most
     1000 iterations) so that every client receives the same number of samples; then split each class's
     shuffled index list at the rounded cumulative row fractions. Every sample is used (no flooring loss); client
-    sizes equal N/K up to that rounding (within C samples; the spec's simulation reports exactly N/K).
+    sizes equal N/K up to that rounding (within C samples; §6.1's simulation reports exactly N/K).
 
-    Deviations, both no-ops on balanced data such as CIFAR-10 (the spec's setting):
+    Deviations, both no-ops on balanced data such as CIFAR-10 (§6.1's setting):
     - The scaling runs on the count matrix N^c·P[c,k] with column targets N/K, not on P with equal column sums,
       so client sizes are also equal when classes are unbalanced.
     - It runs in log space and floors Dirichlet entries that underflowed to 0 (tiny α) at the smallest normal
@@ -146,7 +146,7 @@ def _lda_pool(labels: np.ndarray, num_clients: int, samples_per_client: Optional
     Default (``samples_per_client`` unset): §7.2's rule, which also gives §7.4's "all 50,000, 100 per client"
     on CIFAR-100: trim every class to T = ⌊min_c N^c / M⌋·M samples (a seeded random subset; the digest does
     not say which images were kept), so N = C·T/M per client. With ``samples_per_client`` = N the pool is a
-    seeded uniform subset of M·N samples (our choice; the spec always uses the balanced trim).
+    seeded uniform subset of M·N samples (our choice; docs/methods/fedkp_fedpa.md always uses the balanced trim).
     """
     if samples_per_client is None:
         classes, sizes = np.unique(labels, return_counts=True)

@@ -16,8 +16,8 @@ Steps (each a small function below):
    read: a generated photo of the paper's size (:data:`platform.data.datasets.NOISE_IMAGE_SHAPE`, 1920×2560;
    :func:`platform.data.stand_in.stand_in_photo`) replaces it, whether the file exists or not, so a stand-in run is
    the same on every machine; a bundled name is used as it is.
-2. **The crops**: :func:`algorithms.common.patch_pool.make_patch_pool` (the official pipeline of spec §2.2, uint8
-   ``[N_pool, 3, S, S]``) with ``N_pool = public.size`` (default 50,000, the paper's main pool, spec §2.4), the
+2. **The crops**: :func:`algorithms.common.patch_pool.make_patch_pool` (the official pipeline of §2.2, uint8
+   ``[N_pool, 3, S, S]``) with ``N_pool = public.size`` (default 50,000, the paper's main pool, §2.4), the
    crop side ``S`` = the private images' side (they must be square), the transform settings of
    ``public.patches`` (:class:`PatchPoolConfig`, the official defaults) and the seed ``public.seed`` (null: the
    seed of the shared data, the base config's partition stream).
@@ -26,12 +26,12 @@ Steps (each a small function below):
    seed and the code version of ``algorithms.common.patch_pool`` and this module, so every trial and every
    ``platform.run`` after the first reads it from disk (50,000 crops of 32×32 take 150 MB and about a minute to
    make). One line is printed when a pool is generated.
-4. **Float inputs** (:func:`pool_inputs`): ``x/255`` normalised with the *private* dataset's normalisation (spec
-   §2.2 "Storage and loading", as ``source: dataset`` does), converted to one channel (ITU-R 601 luma) when the
-   private images have one channel (spec §2.2: grayscale for OrganAMNIST / PneumoniaMNIST).
+4. **Float inputs** (:func:`pool_inputs`): ``x/255`` normalised with the *private* dataset's normalisation (§2.2
+   "Storage and loading", as ``source: dataset`` does), converted to one channel (ITU-R 601 luma) when the
+   private images have one channel (§2.2: grayscale for OrganAMNIST / PneumoniaMNIST).
 
 **The pool is shared data**: like the other public splits it is made once per sweep, the same for every replicate
-seed. The paper seeded it with each run's seed (42 or 84, spec §2.2 [C]); this is a deliberate deviation, so that
+seed. The paper seeded it with each run's seed (42 or 84, §2.2 [C]); this is a deliberate deviation, so that
 replicates differ only in their training randomness and the pool is generated once.
 
 **A pool larger than the image allows** is refused when the config loads, with one :class:`ConfigError`:

@@ -19,7 +19,7 @@ Sources (``public.source``):
 - ``image``: the single-image method's crop pool (docs/methods/single_image.md §2): ``public_x`` holds ``size``
   (N_pool, default 50,000) seeded crops of one photo (``image``: a bundled name or a path to an image file), float32
   ``[N_pool, C, S, S]`` with ``S`` the private images' side, normalised with the *private* dataset's
-  normalisation (spec §2.2, crops are normalised at load time with the private dataset's statistics) and in luma
+  normalisation (§2.2, crops are normalised at load time with the private dataset's statistics) and in luma
   when the private images have one channel. Transforms: ``patches`` (:class:`PatchPoolConfig`, the official
   defaults); seed: ``seed``, else the shared data's seed, so the pool is the same for every replicate seed. The
   uint8 pool goes through the stage cache (``cache``), so trials and later runs read it from disk. Details, the

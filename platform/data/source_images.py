@@ -3,7 +3,7 @@
 - ``china``, ``flower``: scikit-learn's sample photos. The paper's street and pathology photos are not available
   offline (not bundled, no download), so these stand in (deviation: different content, 427×640 ≈ 0.27 M pixels
   instead of the paper's 0.5 M or 4.9 M pixel budgets).
-- ``noise``: i.i.d. uniform RGB noise (the spec's replacement for the authors' empty noise file, §2.3 [R]).
+- ``noise``: i.i.d. uniform RGB noise (the method page's replacement for the authors' empty noise file, §2.3 [R]).
 - ``strokes``: generated pen strokes, bright on a dark background, for handwriting-like private data (the
   embedded digits). The paper's finding is that the image must suit the private data: its street photo's crops
   resemble CIFAR-10's objects, and a mismatched image (its noise row, Table 7) loses 36 points. A temple photo's

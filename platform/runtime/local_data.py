@@ -35,8 +35,8 @@ def load_shared_data(config, cache=None) -> LocalData:
 
     Both splits are part of the shared data, so they are the same for every seed of a sweep, and for
     ``platform.run --set seed=S`` (seeded by ``seeds.split``, :meth:`ExperimentConfig.split_seed`, never by the
-    replicate seed; the spec's ``first_half`` public split does not depend on any seed; the source-image crop pool
-    uses ``public.seed`` when set). ``cache``: the stage cache the source-image crop pool
+    replicate seed; the ``first_half`` public split of docs/methods/feded.md §4.2 does not depend on any seed; the
+    source-image crop pool uses ``public.seed`` when set). ``cache``: the stage cache the source-image crop pool
     is read from or stored in (None: generated here, not stored).
     """
     train, test = load_dataset(config.dataset)

@@ -9,7 +9,7 @@ Config (``pretrain:``, :class:`PretrainConfig`)::
     pretrain: {method: none, epochs: 50, batch_size: 512, lr: 1.0e-3, weight_decay: 1.0e-6, temperature: 0.5,
                projection_dim: 128, workers: 2, use_gpu: auto, cpus_per_worker: null}
 
-The recipe (implemented from the spec's description of leftthomas/SimCLR, no code copied):
+The recipe (implemented from §3.2 P1's description of leftthomas/SimCLR, no code copied):
 
 - NT-Xent over the 2B views of a global batch of B public images, temperature τ (0.5); cosine similarities
   (outputs L2-normalised), each view's positive is its other view and the other 2B − 2 views are negatives.

@@ -39,7 +39,7 @@ def ray_cli(*args, env, timeout=180):
 
 
 def processes_of(temp_dir: str) -> list[int]:
-    """The processes of the cluster whose session lives under ``temp_dir``, with all their descendants (Ray's
+    """The processes of the cluster whose files live under ``temp_dir``, with all their descendants (Ray's
     workers retitle themselves, so they are found as children of the raylets)."""
     from platform.cli import descendant_processes
 

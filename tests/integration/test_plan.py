@@ -26,7 +26,7 @@ def test_dry_run_prints_the_plan_without_starting_ray(tmp_path):
     assert out.startswith("sweep tiny --preset paper (ten clients of five): dry run, nothing started")
     assert "rounds: 5" in out and "rounds per trial: 5" in out  # --set lands on top of the preset
     assert "cell  2  partition.alpha=0.1: 2 trial(s) (tpe)" in out
-    assert os.listdir(ray_tmp) == []  # no Ray session was started
+    assert os.listdir(ray_tmp) == []  # no Ray instance was started
     assert sorted(os.listdir(tmp_path)) == ["ray", "spaces"]  # nothing written: no MLflow store, no Tune storage
     run = run_cli("platform.run", space, "--preset", "paper", "--dry-run", cwd=str(tmp_path), env=env, timeout=120)
     assert run.returncode == 0, run.stderr
