@@ -95,6 +95,13 @@ def probe_write(directory: str) -> Optional[str]:
     return None
 
 
+def check_given(value: Optional[str], flag: str, allowed: str) -> None:
+    """Refuse a flag given an empty (or blank) value, which would otherwise fall back silently to its default. One
+    line naming ``flag`` and ``allowed``, what it takes."""
+    if value is not None and not value.strip():
+        raise UserError(f"{flag}: is empty; give {allowed}, or leave the flag out for its default")
+
+
 def quiet_libraries() -> None:
     """Keep the console to our own lines: Ray, Tune and MLflow log warnings only."""
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
@@ -107,6 +114,9 @@ def quiet_libraries() -> None:
     os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     for name in ("ray", "ray.tune", "ray.train", "mlflow", "alembic", "optuna"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # a failed write to a SQLite store (locked, a full disk): MLflow logs its whole traceback, then raises it to the
+    # command, which waits out a lock and reports the rest in one line
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     # ray.init's notice that a new local instance uses token authentication (Ray's default): not a warning about
     # anything the user did, and a command that refuses its input while Ray starts prints one line only.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
@@ -158,8 +168,10 @@ def add_plan_arguments(parser, what: str) -> None:
 
 def add_ray_arguments(parser) -> None:
     """``--address`` and ``--ray-dashboard``, the same on every command that runs on Ray."""
-    parser.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else the cluster a `ray start` "
-                                          "on this machine runs, else a new local instance; 'local': always a new one)")
+    parser.add_argument("--address", help=f"Ray cluster address (default: RAY_ADDRESS, else the cluster a `ray start` "
+                                          f"on this machine runs, else a new local instance; 'local': always a new "
+                                          f"one); one where no cluster answers is refused within {PROBE_TIMEOUT_S} s "
+                                          f"(a TCP probe), or {JOIN_TIMEOUT_S} s more where something else answers")
     parser.add_argument("--ray-dashboard", action="store_true",
                         help="start Ray's dashboard (http://127.0.0.1:8265) with a local instance; off by default: it "
                              "costs seconds of start-up and a dozen processes (a cluster keeps its own)")
@@ -338,7 +350,7 @@ def connect_ray(address: str | None = None, dashboard: bool = False) -> str:
     if ray.is_initialized():
         return "existing"
     if _joining(address):
-        ray.init(address=address, log_to_driver=False, configure_logging=True, logging_level=logging.WARNING)
+        _join_cluster(address)
         return "connected"
     _start_reaper()
     _start_local_ray(dashboard)  # a new instance: never a cluster address a dead `ray start` left behind
@@ -346,21 +358,113 @@ def connect_ray(address: str | None = None, dashboard: bool = False) -> str:
     return "local"
 
 
+PROBE_TIMEOUT_S = 5  # the TCP connect to a cluster's address (check_address)
+JOIN_TIMEOUT_S = 30  # ray.init joining a cluster whose address answered the probe (_join_cluster)
+
+
+def _address_source(address: str | None) -> tuple[str, str | None]:
+    return ("--address", address) if address else ("RAY_ADDRESS", os.environ.get("RAY_ADDRESS"))
+
+
+def check_address(address: str | None) -> None:
+    """Refuse, before Ray or torch loads, a cluster address nothing answers at: a plain TCP connect to its port (the
+    GCS of host:port, the client server of ray://host:port), given up after :data:`PROBE_TIMEOUT_S` s, which Ctrl-C
+    stops at once. None, ``local`` and ``auto`` are Ray's to resolve. One line naming the flag (or RAY_ADDRESS)."""
+    import socket
+
+    flag, target = _address_source(address)
+    if not target or target in ("local", "auto"):
+        return
+    host, _, port = (target[len("ray://"):] if target.startswith("ray://") else target).rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # [::1]:6379
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"{flag}: {target!r} is not a cluster address; allowed: host:port of the head node (port "
+                        f"6379 by default), ray://host:port, 'auto' or 'local'")
+    try:
+        with socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S):
+            pass
+    except OSError as err:
+        reason = f"no answer in {PROBE_TIMEOUT_S:g} s" if isinstance(err, socket.timeout) else err.strerror or repr(err)
+        raise UserError(f"{flag}: no Ray cluster at {target} (tried a TCP connect to {host}:{port}: {reason}); give "
+                        f"the address of a running cluster's head (host:6379), or 'local' for a new instance") from None
+
+
+def _join_cluster(address: str | None) -> None:
+    """``ray.init`` of the cluster at ``address`` (None: RAY_ADDRESS) once :func:`check_address` passed, in a daemon
+    thread: Ray retries an address that accepts connections but is no cluster without end, in C++ that holds Ctrl-C
+    back; here the wait ends after :data:`JOIN_TIMEOUT_S` s (one line naming the flag) or at Ctrl-C."""
+    check_address(address)  # before Ray is imported
+    import signal
+
+    import ray
+
+    done, failure = threading.Event(), []
+
+    def join() -> None:
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=True, logging_level=logging.WARNING)
+        except BaseException as err:  # noqa: BLE001 - raised in the main thread below
+            failure.append(err)
+        finally:
+            done.set()
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)  # what ray.init sets when it runs on the main thread
+    logging.getLogger("ray._private.worker").addFilter(_NotMainThreadWarning())
+    threading.Thread(target=join, name="join-ray", daemon=True).start()
+    flag, target = _address_source(address)
+    if not done.wait(JOIN_TIMEOUT_S):
+        raise UserError(f"{flag}: no Ray cluster answered at {target} within {JOIN_TIMEOUT_S:g} s (its port accepts "
+                        f"connections); give the address of a running cluster's head, or 'local' for a new instance")
+    if failure and isinstance(failure[0], ConnectionError):  # something answers there, but no Ray cluster
+        reason = (str(failure[0]).strip().splitlines() or [type(failure[0]).__name__])[0][:200]
+        raise UserError(f"{flag}: no Ray cluster at {target} ({reason}); give the address of a running cluster's "
+                        f"head, or 'local' for a new instance")
+    if failure:
+        raise failure[0]
+
+
 def run_command(main: Callable[[list[str] | None], int]) -> None:
     """``if __name__ == "__main__"`` of a command: run ``main()`` (arguments from sys.argv) and end the process through
-    :func:`exit_command`, also after an unexpected exception (its traceback printed, exit code 1)."""
+    :func:`exit_command`, also after an unexpected exception: one line saying what it was
+    (:func:`platform.errors.error_line`) and where its traceback is kept (:func:`keep_traceback`), exit code 1."""
     try:
         code = main()
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         if stop.code is not None and not isinstance(stop.code, int):
             print(stop.code, file=sys.stderr)
-    except BaseException:  # noqa: BLE001 - reported as the interpreter would, then the same fast exit
-        import traceback
+    except BaseException as err:  # noqa: BLE001 - one line, the traceback in a file, then the same fast exit
+        from platform.errors import error_line
 
-        traceback.print_exc()
+        where = keep_traceback(err, main.__module__.removeprefix("platform.").split(".")[0])  # "sweep", "run"
+        with contextlib.suppress(OSError, ValueError):  # a closed terminal (SIGHUP) takes no line
+            print(f"error: {error_line(err)}" + (f" (traceback: {where})" if where else ""), file=sys.stderr)
         code = 1
     exit_command(code)
+
+
+def keep_traceback(err: BaseException, name: str, directories=()) -> Optional[str]:
+    """Write ``err``'s traceback to ``<dir>/<name>-<time>-<pid>.log`` in the first of ``directories``, then
+    ``<results home>/logs``, then the system's temporary directory, that takes it (a full disk refuses the first
+    ones); the file's path, None when none did."""
+    import tempfile
+    import time
+    import traceback
+
+    text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    file_name = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    for directory in (*directories, os.path.join(results_home(), "logs"), tempfile.gettempdir()):
+        path = os.path.join(directory, file_name)
+        try:
+            os.makedirs(directory, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(text)
+            return path
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    return None
 
 
 def exit_command(code: int) -> None:

@@ -13,7 +13,7 @@ from platform.cli import main_wrapper
 from platform.results.report import (ARTIFACT_REPORT, default_out_dir, find_reference, log_report, resolve_objective,
                                      write_report)
 from platform.results.sweep_results import load_sweep
-from platform.results.tracking import resolve_tracking_uri
+from platform.results.tracking import check_tracking_uri, given_tracking_uri, resolve_tracking_uri
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
 
+    check_tracking_uri(*given_tracking_uri(args.tracking_uri))  # not a SQLite database, empty...: one line
     uri = resolve_tracking_uri(args.tracking_uri)
     results = load_sweep(uri, args.sweep, "sweep", preset=args.preset)
     others = [load_sweep(uri, ref, "--compare") for ref in args.compare]

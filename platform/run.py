@@ -12,8 +12,8 @@ import time
 from typing import Optional
 
 # Light imports only (no torch): a command starts Ray before it imports the rest (platform.cli.start_ray_early).
-from platform.cli import (add_plan_arguments, add_ray_arguments, connect_ray, leave_ray_job_working_dir,
-                          main_wrapper, quiet_libraries, run_command, start_ray_early)
+from platform.cli import (add_plan_arguments, add_ray_arguments, check_address, check_given, connect_ray,
+                          leave_ray_job_working_dir, main_wrapper, quiet_libraries, run_command, start_ray_early)
 from platform.errors import UserError
 from platform.config.run_schema import (METRIC_FINAL, RESULT_ARRAYS, RESULT_CACHE_CORRUPT, RESULT_CLIENT_PATHS,
                                  STATUS_COMPLETED, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND,
@@ -170,13 +170,11 @@ def _check_stores(args) -> None:
     """The MLflow store and the stage cache, checked before Ray starts, a file written and removed in each local
     directory (one line naming the flag; nothing left behind): the URI :func:`resolve_tracking_uri` gives, without
     creating the results home it defaults to; the cache given by --cache-dir or $FEDSWEEP_CACHE."""
-    from platform.cli import results_home
-    from platform.results.tracking import DEFAULT_STORE_FILE, check_tracking_uri
+    from platform.results.tracking import check_tracking_uri, given_tracking_uri
     from platform.stages.storage import check_storage, normalise
 
-    if not args.no_mlflow:
-        check_tracking_uri(args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-                           or f"sqlite:///{os.path.join(results_home(), DEFAULT_STORE_FILE)}")
+    if not args.no_mlflow:  # an empty --tracking-uri is refused, not taken for the default
+        check_tracking_uri(*given_tracking_uri(args.tracking_uri))
     cache = args.cache_dir or (None if args.no_cache else os.environ.get("FEDSWEEP_CACHE"))
     if cache:  # a path, s3://bucket/prefix or gs://bucket/prefix; the line names where it came from
         check_storage(normalise(cache), "--cache-dir" if args.cache_dir else "FEDSWEEP_CACHE")
@@ -190,10 +188,16 @@ def main(argv=None) -> int:
     overrides = args.overrides + (["stand_in=true"] if args.stand_in else [])
     if args.gpus is not None and args.gpus < 1:
         raise UserError(f"--gpus: must be >= 1, got {args.gpus}")
+    check_given(args.cache_dir, "--cache-dir", "a path, s3://bucket/prefix or gs://bucket/prefix")
+    check_given(args.address, "--address", "a cluster address (host:port, ray://host:port, auto) or local")
+    from platform.config.space_files import parse_overrides
+
+    parse_overrides(overrides)  # a --set value refused before torch loads
     if args.dry_run or args.estimate:
         return _plan(args, overrides)
+    _check_stores(args)  # before torch and Ray: a store that cannot be written is one line, nothing started
+    check_address(args.address)  # a cluster that does not answer: one line in seconds
     config, experiment = resolve_config(args.config, overrides, args.preset)
-    _check_stores(args)  # before Ray starts: a store that cannot be written is one line, nothing started
     if argv is None:  # this process is the command, the config checked: a new local Ray starts in the background
         start_ray_early(args.address, args.ray_dashboard)  # while the data load
     # Everything is imported before Ray connects (under ``ray job submit`` the working directory stops being

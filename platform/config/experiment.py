@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 import numpy as np
-import yaml
 
 from platform.config.public_data import PretrainConfig, PublicDataConfig, pool_size
 from platform.config.schema import build, flatten, spec, to_dict
-from platform.config.space_files import check_expanded_size, load_yaml  # noqa: F401 - load_yaml re-exported
+from platform.config.space_files import load_yaml, parse_override, parse_overrides  # noqa: F401 - re-exported
 from platform.errors import ConfigError, did_you_mean
 
 
@@ -513,38 +512,6 @@ def check_setting_with_data(config: ExperimentConfig, public_size: int) -> None:
 
     algorithm = resolve_algorithm(config.algorithm.name)
     algorithm(config.algorithm.params).check_setting(experiment_setting(config, public_size))
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``"a.b=v"`` -> ``("a.b", v)``; ``v`` is parsed as a YAML scalar (never evaluated as code)."""
-    if "=" not in text:
-        raise ConfigError("--set", f"expected KEY=VALUE with a dotted key, got {text!r}")
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    if not key or any(not part for part in key.split(".")):
-        raise ConfigError("--set", f"expected KEY=VALUE with a dotted key, got {text!r}")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    check_expanded_size(value, f"--set {key}")
-    if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string; users mean a number
-        try:
-            value = float(value)
-        except ValueError:
-            pass
-    return key, value
-
-
-def parse_overrides(items) -> dict[str, Any]:
-    """Every ``--set KEY=VALUE`` as ``{key: value}``; a key given twice is refused (which one was meant?)."""
-    parsed: dict[str, Any] = {}
-    for item in items or []:
-        key, value = parse_override(item)
-        if key in parsed:
-            raise ConfigError("--set", f"{key} is given twice ({parsed[key]!r}, then {value!r}); give it once")
-        parsed[key] = value
-    return parsed
 
 
 def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:

@@ -35,10 +35,16 @@ TAG_BEST_PREFIX = "best."  # on a sweep's parent run: best.<parameter> = value o
 TAG_BEST_RUN = "best_trial_run_id"  # on a sweep's parent run: the best trial's child run (single objective)
 TAG_STOPPED_EARLY = "stopped_early_at_round"  # on an early-stopped trial's run: the last round it ran
 TAG_DRIVER = "fedsweep.driver"  # on a sweep's parent run: "<host>:<pid>" of its driver (python -m platform.sweep --repair)
+TAG_SWEEP_DIR = "fedsweep.sweep_dir"  # on a sweep's parent run: its Tune directory, where the driver's lease is
+#                                      (--repair leaves a sweep alone while its lease is live)
 TAG_NOTE = "mlflow.note.content"  # a run's description (markdown) in the MLflow UI
 TAG_OPTUNA_STORAGE = "fedsweep.optuna_storage"  # on a sweep's parent run: the RDB URL of its Optuna studies
 TAG_OPTUNA_STUDIES = "fedsweep.optuna_studies"  # on a sweep's parent run: its study names, comma-separated (one per
 #                                                 scenario cell: <sweep id>/lam=0.01, ...; see sweep/cells.py)
+TAG_OPTUNA_LOST = "fedsweep.optuna_lost"  # on a sweep's parent run: "<study>: <why>" of a study whose storage went
+#                                           away mid-sweep (deleted, truncated); its trials are in MLflow only
+TAG_STOPPED_BY = "fedsweep.stopped_by"  # on a sweep's parent run: the line that stopped it (a full disk, a store
+#                                         locked past its wait, its Ray node lost, an error in the driver)
 
 # Values of TAG_STATUS
 STATUS_RUNNING = "running"

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from platform.config.experiment import ExperimentConfig, apply_overrides, build_experiment, error_message, load_yaml
+from platform.config.space_files import MAX_NUM_SAMPLES
 from platform.config.trials import asha_rungs, grid_points  # noqa: F401 - where the sweep has always found them
 from platform.config.trials import check_asha, fit_grace_period, sample_flags
 from platform.config.combinations import scalar_text as _scalar
@@ -138,7 +139,7 @@ class SchedulerConfig:
 @dataclass(frozen=True)
 class SearchConfig:
     searcher: str = spec("tpe", doc="Optuna TPE, Optuna random sampling, or a full grid.", choices=SEARCHERS)
-    num_samples: int = spec(6, doc="Trials (grid: repetitions of the whole grid).", ge=1)
+    num_samples: int = spec(6, doc="Trials (grid: repetitions of the whole grid).", ge=1, le=MAX_NUM_SAMPLES)
     metric: Any = spec("val_accuracy", doc="Reported metric the searcher optimises (last round): one every "
                                            "algorithm of the space declares (val_accuracy for all); or a list of "
                                            "distinct metrics for a multi-objective search (Pareto front).")

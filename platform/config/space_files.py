@@ -1,6 +1,7 @@
 """Where search-space files are found and how one is read: ``$FEDSWEEP_SEARCH_SPACES``, ``./search_spaces``, the
-repository's own; a file's sections with a preset laid over them (:mod:`platform.config.presets`). Values are
-validated by :func:`platform.config.search_space.load_search_space`."""
+repository's own; a file's sections with a preset laid over them (:mod:`platform.config.presets`); the strict YAML
+loader of a file (:func:`load_yaml`) and of a ``--set`` value (:func:`parse_override`). Values are validated by
+:func:`platform.config.search_space.load_search_space`."""
 from __future__ import annotations
 
 import glob
@@ -8,6 +9,8 @@ import math
 import os
 import re
 from typing import Any, Optional
+
+import yaml
 
 from platform.config.presets import Preset, apply_preset, check_citations, parse_presets, select_preset
 from platform import errors
@@ -19,6 +22,8 @@ from platform.errors import ConfigError, UserError
 
 MAX_YAML_BYTES = 1_000_000  # a config or search-space file: far above any real one
 MAX_YAML_NODES = 1_000_000  # values once aliases (*name) are expanded: an alias bomb expands without bound
+MAX_NUM_SAMPLES = 100_000  # trials per cell (--num-samples, search.num_samples): far above any sweep that ends
+MAX_REPEATS = 1_000  # --repeats, runs of every grid point
 
 
 def check_expanded_size(data: Any, where: str) -> None:
@@ -47,22 +52,142 @@ def check_expanded_size(data: Any, where: str) -> None:
         raise ConfigError(where, "its YAML is nested too deeply") from None
 
 
-def load_yaml(path: str) -> Any:
-    """A YAML file's data; one line (ConfigError) when the file is missing, over 1 MB, not YAML, or an alias bomb."""
-    import yaml
+class YamlRefusal(Exception):
+    """What :class:`StrictLoader` refuses: a ``key`` given twice in one mapping (``lines``: both), or a number written
+    in a form YAML 1.1 reads otherwise than most readers would (``key`` None; ``lines``: its line). ``what``: the
+    message without its place, which :func:`load_yaml` (a file) and ``--set`` (a value) each add."""
 
+    def __init__(self, what: str, lines: tuple[int, ...], key: Any = None):
+        super().__init__(what)
+        self.what, self.lines, self.key = what, lines, key
+
+    def config_error(self, path: str) -> ConfigError:
+        if self.key is not None:
+            return ConfigError(str(self.key), f"given twice in {path} (lines {self.lines[0]} and {self.lines[1]}); "
+                                              f"a mapping takes each key once: keep one")
+        return ConfigError(path, f"line {self.lines[0]}: {self.what}")
+
+
+_PLAIN_INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class StrictLoader(yaml.SafeLoader):
+    """yaml's SafeLoader, refusing (:class:`YamlRefusal`) what it would take silently: a key given twice in one
+    mapping (the last value won), an integer not in plain decimal digits (YAML 1.1 reads ``0x3`` as 3, ``010`` as 8,
+    ``0b11`` as 3, ``1_000`` as 1000, ``1:30`` as 90) and a float with underscores or in base 60. A ``<<`` merge
+    may still be overridden by the mapping's own keys, as YAML defines."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key, line = self.construct_object(key_node), key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: yaml refuses it below
+                    continue
+                if first is not None:
+                    raise YamlRefusal(f"{key} is given twice", (first, line), key)
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node):
+        value = super().construct_yaml_int(node)
+        text = str(node.value).strip()
+        if not _PLAIN_INT.fullmatch(text):
+            raise YamlRefusal(f"{text} is not a plain decimal integer (YAML 1.1 reads it as {value}); write it in "
+                              f"decimal digits", (node.start_mark.line + 1,))
+        return value
+
+    def construct_yaml_float(self, node):
+        value = super().construct_yaml_float(node)
+        text = str(node.value).strip()
+        if "_" in text or ":" in text:
+            raise YamlRefusal(f"{text} is not a plain decimal number (YAML 1.1 reads it as {value:g}); write it "
+                              f"in decimal digits", (node.start_mark.line + 1,))
+        return value
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
+StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
+
+
+def load_yaml(path: str) -> Any:
+    """A YAML file's data; one line (ConfigError) when the file is missing, over 1 MB, unreadable, binary or not
+    UTF-8, not YAML, an alias bomb, or holds what :class:`StrictLoader` refuses (a key twice, a hex count)."""
     if not os.path.isfile(path):
         raise ConfigError("", f"config file not found: {path}")
     if os.path.getsize(path) > MAX_YAML_BYTES:
         raise ConfigError("", f"{path} is {os.path.getsize(path):,} bytes; a config or search space is at most "
                               f"{MAX_YAML_BYTES:,}")
-    with open(path) as fh:
-        try:
-            data = yaml.safe_load(fh)
-        except yaml.YAMLError as err:
-            raise ConfigError("", f"{path} is not valid YAML: {err}".replace("\n", " ")) from None
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_YAML_BYTES + 1)
+    except OSError as err:
+        raise ConfigError(path, f"cannot read it ({err.strerror}); a config or search space is a readable "
+                                f"UTF-8 YAML file") from None
+    bad = raw.find(b"\0")
+    if bad >= 0:
+        raise ConfigError(path, f"a binary file (a NUL byte on line {_line_of(raw, bad)}), not YAML; a config or "
+                                f"search space is a UTF-8 YAML text file")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ConfigError(path, f"not UTF-8 text (byte 0x{raw[err.start]:02x} on line {_line_of(raw, err.start)}); "
+                                f"a config or search space is a UTF-8 YAML text file") from None
+    try:
+        data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader
+    except YamlRefusal as refusal:
+        raise refusal.config_error(path) from None
+    except yaml.YAMLError as err:
+        raise ConfigError("", f"{path} is not valid YAML: {err}".replace("\n", " ")) from None
     check_expanded_size(data, path)
     return data
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"a.b=v"`` -> ``("a.b", v)``; ``v`` is parsed as a YAML scalar (never evaluated as code)."""
+    if "=" not in text:
+        raise ConfigError("--set", f"expected KEY=VALUE with a dotted key, got {text!r}")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError("--set", f"expected KEY=VALUE with a dotted key, got {text!r}")
+    try:  # a key twice in a mapping, 0x3 or 1_000 for a number: refused, as in a file
+        value = yaml.load(raw, Loader=StrictLoader) if raw.strip() else ""  # noqa: S506 - a SafeLoader
+    except YamlRefusal as refusal:
+        raise ConfigError(f"--set {key}", f"{refusal.what}; give each key once" if refusal.key is not None
+                          else refusal.what) from None
+    except yaml.YAMLError:
+        value = raw
+    check_expanded_size(value, f"--set {key}")
+    if value == {}:
+        raise ConfigError(f"--set {key}", f"an empty mapping would reset the whole section to its defaults; set one "
+                                          f"value of it with --set {key}.<key>=<value>")
+    if isinstance(value, str) and "_" not in value:  # YAML 1.1 reads "1e-3" as a string; users mean a number
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    return key, value
+
+
+def parse_overrides(items) -> dict[str, Any]:
+    """Every ``--set KEY=VALUE`` as ``{key: value}``; a key given twice is refused (which one was meant?)."""
+    parsed: dict[str, Any] = {}
+    for item in items or []:
+        key, value = parse_override(item)
+        if key in parsed:
+            raise ConfigError("--set", f"{key} is given twice ({parsed[key]!r}, then {value!r}); give it once")
+        parsed[key] = value
+    return parsed
+
+
+def _line_of(raw: bytes, offset: int) -> int:
+    return raw.count(b"\n", 0, offset) + 1
 
 
 def search_space_dirs() -> list[str]:

@@ -33,14 +33,26 @@ def resolve_tracking_uri(cli_uri: Optional[str] = None) -> str:
     return uri
 
 
+def given_tracking_uri(cli_uri: Optional[str]) -> tuple[str, str]:
+    """(the URI :func:`resolve_tracking_uri` gives, without creating the results home it defaults to; the flag or
+    variable it came from), for :func:`check_tracking_uri`: an empty ``--tracking-uri`` stays empty, to be refused."""
+    if cli_uri is not None:
+        return cli_uri, "--tracking-uri"
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"], "MLFLOW_TRACKING_URI"
+    return f"sqlite:///{os.path.join(results_home(), DEFAULT_STORE_FILE)}", "--tracking-uri"
+
+
 def check_tracking_uri(uri: str, flag: str = "--tracking-uri") -> None:
-    """Refuse, before anything is written, a tracking URI the sweep could not write to: a SQLite store in a
-    directory that cannot be written, a scheme MLflow has no store for, a server that does not answer. One line
-    naming ``flag``."""
+    """Refuse, before anything is written, a tracking URI the sweep could not write to: a SQLite store that is no
+    SQLite database (:func:`check_sqlite_file`) or in a directory that cannot be written, a scheme MLflow has no
+    store for, a server that does not answer, an empty URI. One line naming ``flag``."""
+    if not uri.strip():
+        raise UserError(f"{flag}: is empty; give an MLflow tracking URI (sqlite:///path/mlflow.db, http://host:5000, "
+                        f"a directory), or leave the flag out for its default")
     path = sqlite_path(uri)
     if path:
-        if os.path.isdir(path):
-            raise UserError(f"{flag}: {uri} names a directory; give the database file, e.g. sqlite:///{path}/mlflow.db")
+        check_sqlite_file(path, flag, DEFAULT_STORE_FILE)
         check_writable_dir(os.path.dirname(path), flag)
         return
     if uri.startswith("file:") or "://" not in uri:
@@ -61,6 +73,44 @@ def check_tracking_uri(uri: str, flag: str = "--tracking-uri") -> None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+
+
+def check_sqlite_file(path: str, flag: str, example: str) -> None:
+    """Refuse a ``sqlite:///`` path that names anything but a SQLite database: a directory, a device
+    (``/dev/null``), a FIFO, a text file. A file that does not exist yet, or an empty one, is a new database (SQLite
+    writes its header on first use). One line naming ``flag``; ``example``: the file name the line suggests."""
+    import stat
+
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):  # a new file: its directory is checked on its own
+        return
+    except OSError as err:
+        raise UserError(f"{flag}: cannot read {path} ({err.strerror}); give a SQLite database file, or a new file "
+                        f"in a writable directory") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise UserError(f"{flag}: {path} is a directory; give the database file in it, e.g. "
+                        f"sqlite:///{os.path.join(path, example)}")
+    if not stat.S_ISREG(info.st_mode):
+        kind = ("a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else
+                "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else
+                "a special file")
+        raise UserError(f"{flag}: {path} is {kind}, not a SQLite database; give a SQLite database file, or a new "
+                        f"file in a writable directory")
+    if info.st_size == 0:
+        return
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(len(SQLITE_HEADER))
+    except OSError as err:
+        raise UserError(f"{flag}: cannot read {path} ({err.strerror}); give a SQLite database file, or a new file "
+                        f"in a writable directory") from None
+    if header != SQLITE_HEADER:
+        raise UserError(f"{flag}: {path} is not a SQLite database (it does not start with SQLite's header); give a "
+                        f"SQLite database file, or a new file in a writable directory")
 
 
 def artifact_location(uri: str, experiment_name: str) -> Optional[str]:
@@ -138,11 +188,19 @@ class Tracker:
 
     @property
     def client(self):
+        """The store's ``MlflowClient``; on a SQLite store, one whose every call waits out another process's lock
+        by trying again for 30 s (:mod:`platform.results.store_faults`)."""
         if self._mlflow is None:
-            with sqlite_store_lock(self.uri):
-                client = _client(self.uri)
+            from platform.results.store_faults import PatientClient, wait_out_lock
+
+            def opened():
+                client = _client(self.uri)  # MLflow reads a SQLite store's schema as it opens it
                 client.search_experiments(max_results=1)  # a new store's schema, one process at a time
-            self._mlflow = client
+                return client
+
+            with sqlite_store_lock(self.uri):
+                client = wait_out_lock(opened, self.uri)
+            self._mlflow = PatientClient(client, self.uri) if sqlite_path(self.uri) else client
         return self._mlflow
 
     @property

@@ -126,8 +126,9 @@ def read_bytes(path: str) -> bytes:
 
 
 def write_bytes(path: str, data: bytes) -> None:
-    """Write ``path`` whole or not at all: a local file through a temporary file renamed into place; an object by
-    one PUT (an object store never shows a partial object)."""
+    """Write ``path`` whole or not at all: a local file through a temporary file in its directory (flushed and
+    fsynced) renamed into place, then the directory fsynced; an object by one PUT (an object store never shows a
+    partial object)."""
     if is_uri(path):
         fs, inner = filesystem(path)
         with fs.open_output_stream(inner) as fh:
@@ -145,6 +146,12 @@ def write_bytes(path: str, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    with contextlib.suppress(OSError):  # the rename itself survives a power loss
+        fd = os.open(os.path.dirname(path), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def read_json(path: str) -> dict:

@@ -5,19 +5,23 @@ A module of its own because its base class imports ``ray.tune`` (about 0.7 s), w
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
+import traceback
 from typing import Any, Optional
 
 from ray import tune
 
 from platform.config.run_schema import (METRIC_BEST, METRIC_CACHE_CORRUPT, METRIC_FINAL, METRIC_ROUNDS_COMPLETED,
-                                 PARAM_SEEDS, PER_SEED_SEPARATOR, RESULT_ARRAYS, RESULT_CACHE_CORRUPT,
-                                 STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED,
-                                 STATUS_FAILED, STATUS_RUNNING, TAG_CACHE_CORRUPT, TAG_SAMPLED, TAG_SAMPLER_SEED, TAG_SCENARIO,
-                                 TAG_SCENARIO_CELL, TAG_SEARCH_SPACE, TAG_STATUS, TAG_STOPPED_EARLY, TAG_TRIAL_ID,
-                                 TAG_TRIAL_KEY, TAG_TRIAL_NUMBER,
-                                 children_filter, diverged, figure, setting_metrics, short_value)
+                                        PARAM_SEEDS, PER_SEED_SEPARATOR, RESULT_ARRAYS, RESULT_CACHE_CORRUPT,
+                                        STATUS_COMPLETED, STATUS_DIVERGED, STATUS_EARLY_STOPPED, STATUS_FAILED,
+                                        STATUS_RUNNING, TAG_CACHE_CORRUPT, TAG_OPTUNA_LOST, TAG_SAMPLED,
+                                        TAG_SAMPLER_SEED, TAG_SCENARIO, TAG_SCENARIO_CELL, TAG_SEARCH_SPACE,
+                                        TAG_STATUS, TAG_STOPPED_EARLY, TAG_TRIAL_ID, TAG_TRIAL_KEY,
+                                        TAG_TRIAL_NUMBER, children_filter, diverged, figure, setting_metrics,
+                                        short_value)
+from platform.errors import EnvironmentFault
 from platform.results.tracking import Tracker, log_arrays, log_partition, round_metrics, trial_run_name
 
 
@@ -262,6 +266,7 @@ class MlflowSweepCallback(tune.Callback):
                               {"mlflow_run_id": run_id, "run_name": self.names.get(trial.trial_id, ""),
                                "status": status, "rounds_completed": last.get("round", 0),
                                "seeds": str(self.space.seeds)})
+            self._note_lost_study()
         final = "".join(f"  {m} {figure(last[m])}" for m in self.space.search.metrics if m in last)
         if say:
             self._say(f"{self._label(trial)} {status}{final}")
@@ -271,6 +276,14 @@ class MlflowSweepCallback(tune.Callback):
         self.last[trial.trial_id] = {"round": last.get("round", 0)}
         self.history.pop(trial.trial_id, None)
         self.best.pop(trial.trial_id, None)
+
+    def _note_lost_study(self) -> None:
+        """A study whose storage went away (:class:`~platform.sweep.optuna_store.StudyRecorder`): on the parent run
+        as the tag TAG_OPTUNA_LOST, once."""
+        lost = getattr(self.study, "lost", None)
+        if lost and not getattr(self, "_lost_noted", False):
+            self._lost_noted = True
+            self.tracker.set_tag(self.parent_run_id, TAG_OPTUNA_LOST, f"{self.study.study_name}: {lost}"[:5000])
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         last = self.last.get(trial.trial_id, {})
@@ -287,10 +300,49 @@ class MlflowSweepCallback(tune.Callback):
                   f"{_last_error_line(trial)}")
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        """A trial that failed for good: its run closed FAILED, one line. One that failed for lack of space on its
+        disk (its retries too) stops the sweep: the next would fail the same way (platform/sweep/faults.py)."""
         self._finish(trial, STATUS_FAILED, "FAILED", say=False)  # one line for a failed trial: the one below
         line = _last_error_line(trial)
         where = error_log(trial)
         self._say(f"{self._label(trial)} error: {line or 'see its log'}" + (f"  (traceback: {where})" if where else ""))
+        if any(text in line for text in NO_ROOM):
+            raise EnvironmentFault(f"a trial found its disk full (ENOSPC): {line}")
+
+    def setup(self, **info):
+        """Each Tune run: Tune's own records are watched for a write of its state that found no space
+        (:class:`_NoRoomSeen`: Tune logs a failed sync of its experiment state and goes on)."""
+        _NO_ROOM.seen = None
+        for name in ("ray.tune", "ray.train"):
+            logging.getLogger(name).addHandler(_NO_ROOM)
+
+    def on_step_end(self, iteration, trials, **info):
+        """Tune could not save the sweep's state for lack of space: the sweep stops (a --resume would not find it)."""
+        if _NO_ROOM.seen:
+            storage = getattr(getattr(trials[0], "storage", None), "experiment_fs_path", None) if trials else None
+            raise EnvironmentFault(f"the disk holding the sweep's Tune state{f' ({storage})' if storage else ''} is "
+                                   f"full (ENOSPC): Tune could not save it")
+
+
+NO_ROOM = ("No space left on device", "database or disk is full")  # what a write that found no space says
+
+
+class _NoRoomSeen(logging.Handler):
+    """Notes the first of Tune's records whose message or traceback says a write found no space (ENOSPC)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.seen: Optional[str] = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info:
+            text += "".join(traceback.format_exception(*record.exc_info))
+        if self.seen is None and any(words in text for words in NO_ROOM):
+            self.seen = text
+
+
+_NO_ROOM = _NoRoomSeen()  # one for the process: a callback pickles with Tune's state, a handler does not
 
 
 def _last_error_line(trial) -> str:

@@ -76,6 +76,7 @@ def run_cells(args, space, storage, tracker, parent_run_id, sweep_dir, cache, ex
     from platform.runtime.pretrain import prepare_pretrained, sweep_pretrain_configs
     from platform.runtime.federation import share_dataset
     from platform.sweep.callback import MlflowSweepCallback
+    from platform.sweep.faults import NodeLost, node_lost
     from platform.results.tracking import log_driver_cache_corrupt, log_patch_samples
 
     cells = space.cells()
@@ -123,6 +124,8 @@ def run_cells(args, space, storage, tracker, parent_run_id, sweep_dir, cache, ex
             raise
         if grid is None:
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
+            if node_lost():  # not an interrupt: the command says what stopped the sweep
+                raise NodeLost(node_lost())
             print(f"\ninterrupted in scenario cell {number}/{len(cells)} ({label}); continue with: "
                   f"{resume_command(os.path.basename(sweep_dir), storage)}", file=sys.stderr)
             return "KILLED"

@@ -23,16 +23,21 @@ import time
 from typing import Optional
 
 from platform.sweep import _tune_fixes
-from platform.cli import (add_plan_arguments, add_ray_arguments, connect_ray, leave_ray_job_working_dir,
-                          main_wrapper, quiet_libraries, results_home, start_ray_early)
+from platform.config.space_files import MAX_NUM_SAMPLES, MAX_REPEATS
+from platform.cli import (add_plan_arguments, add_ray_arguments, check_address, connect_ray,
+                          leave_ray_job_working_dir, main_wrapper, quiet_libraries, results_home, sqlite_path,
+                          start_ray_early)
 from platform.errors import UserError
 from platform.config.run_schema import (PARAM_BASE, PARAM_SCENARIO, PARAM_SEARCH, PARAM_SPACE, STATUS_COMPLETED,
                                         STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING, TAG_COMMAND,
                                         TAG_DESCRIPTION, TAG_DRIVER, TAG_GIT_COMMIT, TAG_NOTE, TAG_OPTUNA_STORAGE,
-                                        TAG_PRESET, TAG_SEARCH_SPACE, TAG_STATUS)
+                                        TAG_PRESET, TAG_SEARCH_SPACE, TAG_STATUS, TAG_SWEEP_DIR)
 from platform.sweep.cells import first_state, run_cells
-from platform.sweep.state import (INVOCATION_FLAGS, STATE_FILE, check_resumable, default_storage, driver_id,
-                                  invocation_of, join_storage, latest_unfinished, read_state, record_status,
+from platform.sweep.faults import (NodeLost, abandon_run, close_sweep, node_lost, repair_line, report_stop, say,
+                                   stopping, unwatch_ray_node, watch_ray_node)
+from platform.sweep.state import (INVOCATION_FLAGS, STATE_FILE, check_resumable, check_space_unchanged,
+                                  check_state_readable, claim_sweep, default_storage, driver_id, invocation_of,
+                                  join_storage, latest_unfinished, read_state, record_status, releasing_leases,
                                   repair_sweep, resume_command, start_state, sweep_experiment_name)
 from platform.sweep.study import (count_expected_trials, fit_study, pin_public_image, refused_by_config, report_best,
                                   sweep_trainable)
@@ -58,12 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "scenario key it pins that value (the key leaves the sampler / grid)")
     add_plan_arguments(parser, "the sweep")
     parser.add_argument("--num-samples", type=int, metavar="N",
-                        help="at most N trials per scenario cell, whatever the searcher (a quick look): TPE and random "
-                             "draw N; the grid runs N of its points, spread evenly over it (named in the plan and at "
-                             "the start), once each; overrides search.num_samples")
+                        help=f"at most N trials per scenario cell (1 to {MAX_NUM_SAMPLES}), whatever the searcher "
+                             f"(a quick look): TPE and random draw N; the grid runs N of its points, spread evenly "
+                             f"over it (named in the plan and at the start), once each; overrides search.num_samples")
     parser.add_argument("--repeats", type=int, metavar="K",
-                        help="grid searcher: run every grid point (or the N of --num-samples) K times; what "
-                             "search.num_samples means for a grid in the file")
+                        help=f"grid searcher: run every grid point (or the N of --num-samples) K times (1 to "
+                             f"{MAX_REPEATS}); what search.num_samples means for a grid in the file")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
                                                "sqlite:///<results home>/mlflow.db)")
     parser.add_argument("--storage-path", help="Tune storage: a path, s3://bucket/prefix or gs://bucket/prefix "
@@ -120,12 +125,14 @@ def resolve_resume(args) -> str:
         resume_dir = latest_unfinished(storage, space_name)
         if resume_dir is None:
             raise UserError(f"--resume: no unfinished sweep of {space_name!r} under {storage}")
+    check_state_readable(resume_dir)  # a state cut short by a crash: one line now, not a silent hang in Tune
     state = read_state(resume_dir)
     if state.get("status") == STATUS_COMPLETED:
         raise UserError(f"--resume: sweep {os.path.basename(resume_dir)} completed; start a new one without --resume")
     stored = state.get("invocation")
     if stored is None:  # a sweep from before invocations were stored: the flags as given now
         return resume_dir
+    check_space_unchanged(resume_dir, stored)  # the space file the sweep started with, byte for byte
     for key, flag in INVOCATION_FLAGS.items():
         given, kept = getattr(args, key), stored.get(key)
         if key == "name" and given and kept and os.path.isfile(given):
@@ -153,25 +160,30 @@ def _sets_agree(given: list, kept) -> bool:
                for key, value in parse_overrides(given).items())
 
 
-_SIGTERM = {"held": False, "pending": False}
+_SIGTERM = {"held": False, "pending": False, "signal": None}
 
 
 def _on_sigterm(signum, frame):
+    import signal
+
+    _SIGTERM["signal"] = signum  # Ray turns an interrupt raised inside its calls into a bare KeyboardInterrupt
     if _SIGTERM["held"]:  # Ray starting, or the parent run being created: ended once that is done
-        _SIGTERM["pending"] = True
+        _SIGTERM["pending"] = signum
         return
-    raise KeyboardInterrupt(f"signal {signum}")
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _stop_on_sigterm() -> None:
-    """SIGTERM (a scheduler, ``kill``, a container stop) ends the sweep as Ctrl-C does: the open runs are closed as
-    interrupted and the resume hint printed, instead of an abort that leaves them RUNNING. Installed again after
-    anything that replaces it (``ray.init`` on the main thread sets a handler that exits at once)."""
+    """SIGTERM (a scheduler, ``kill``, a container stop) and SIGHUP (the driver's terminal closed) end the sweep as
+    Ctrl-C does: the open runs are closed as interrupted and the resume hint printed, instead of an abort that leaves
+    them RUNNING. Installed again after anything that replaces it (``ray.init`` on the main thread sets a SIGTERM
+    handler that exits at once)."""
     import signal
     import threading
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
+        signal.signal(signal.SIGHUP, _on_sigterm)
 
 
 def _hold_sigterm() -> None:
@@ -187,12 +199,15 @@ def _release_sigterm() -> None:
     _stop_on_sigterm()  # ray.init on the main thread (joining a cluster) replaced it
     _SIGTERM["held"] = False
     if _SIGTERM["pending"]:
-        _SIGTERM["pending"] = False
-        raise KeyboardInterrupt("SIGTERM")
+        import signal
+
+        pending, _SIGTERM["pending"] = _SIGTERM["pending"], False
+        raise KeyboardInterrupt(signal.Signals(pending).name if isinstance(pending, int) else "SIGTERM")
 
 
 @main_wrapper(interrupted="interrupted before the sweep started its trials: nothing needs resuming; run the command "
                           "again to start it")
+@releasing_leases  # the sweep's lease (one driver per sweep) is let go on every exit path
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -204,27 +219,28 @@ def main(argv=None) -> int:
         return 0
     if args.repair:
         return repair_sweep(args)
+    _check_flag_values(args)
     resume_dir = resolve_resume(args) if args.resume else None
+    if resume_dir:
+        claim_sweep(resume_dir)  # another live driver of this sweep: refused here, in one line, before Ray starts
     if not args.name:
         from platform.config.space_files import available_search_spaces
 
         raise UserError(f"name a search space; available: {', '.join(available_search_spaces())}")
-    for flag, value in (("--num-samples", args.num_samples), ("--repeats", args.repeats), ("--gpus", args.gpus)):
-        if value is not None and value < 1:
-            raise UserError(f"{flag}: must be >= 1, got {value}")
-    # The checks that need no torch, before Ray starts: the space's file, sections and preset, and every store the
-    # sweep writes. A refused input then ends in well under a second (exit 2, one line).
-    from platform.config.space_files import read_search_space
+    # The checks that need no torch, before Ray starts: the space's file, sections and preset, the --set values, and
+    # every store the sweep writes. A refused input then ends in well under a second (exit 2, one line).
+    from platform.config.space_files import parse_overrides, read_search_space
 
     read_search_space(args.name, args.preset)
+    overrides = parse_overrides(args.overrides)
     planning = args.dry_run or args.estimate
     storage = None if planning else _check_stores(args)
-    from platform.config.experiment import parse_overrides
+    if not planning:
+        check_address(args.address)  # a cluster that does not answer: one line in seconds, before torch and Ray
     from platform.config.search_space import load_search_space
     from platform.preflight import check_experiment, check_settings
     from platform.preflight.citations import check_effective_citations
 
-    overrides = parse_overrides(args.overrides)
     if args.stand_in:
         overrides["stand_in"] = True
     args.invocation = invocation_of(args)
@@ -263,7 +279,7 @@ def _check_stores(args) -> str:
     checked for credentials, endpoint, bucket and write access, a probe object written and deleted; a local directory,
     or its nearest existing ancestor, by a probe file created and removed), the stage cache, the MLflow store and the
     Optuna storage. Returns Tune's storage."""
-    from platform.results.tracking import DEFAULT_STORE_FILE, check_tracking_uri
+    from platform.results.tracking import check_sqlite_file, check_tracking_uri, given_tracking_uri
     from platform.stages.storage import check_storage, normalise
     from platform.sweep import optuna_store
 
@@ -272,13 +288,34 @@ def _check_stores(args) -> str:
     cache = args.cache_dir or (None if args.no_cache else os.environ.get("FEDSWEEP_CACHE"))
     if cache:
         check_storage(normalise(cache), _storage_flag(args.cache_dir, "--cache-dir", "FEDSWEEP_CACHE"))
-    # the URI resolve_tracking_uri gives, without creating the results home it defaults to
-    uri = (args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-           or f"sqlite:///{os.path.join(results_home(), DEFAULT_STORE_FILE)}")
-    check_tracking_uri(uri)
-    if args.optuna_storage or os.environ.get(optuna_store.ENV_STORAGE):  # else beside the MLflow store: checked
-        optuna_store.check_storage(optuna_store.storage_url(uri, args.optuna_storage))
+    uri, flag = given_tracking_uri(args.tracking_uri)  # without creating the results home it defaults to
+    check_tracking_uri(uri, flag)
+    url = optuna_store.storage_url(uri, args.optuna_storage)
+    if args.optuna_storage or os.environ.get(optuna_store.ENV_STORAGE):
+        optuna_store.check_storage(url, _storage_flag(args.optuna_storage, "--optuna-storage",
+                                                      optuna_store.ENV_STORAGE))
+    elif sqlite_path(url):  # beside the MLflow store, whose directory is checked: the file itself
+        check_sqlite_file(sqlite_path(url), "--optuna-storage", optuna_store.STUDY_FILE)
     return storage
+
+
+def _check_flag_values(args) -> None:
+    """The flags' own values, before any file is read (one line naming the flag): the counts within their bounds, and
+    no empty store or address (which would fall back silently to its default)."""
+    from platform.cli import check_given
+
+    for flag, value, most in (("--num-samples", args.num_samples, MAX_NUM_SAMPLES),
+                              ("--repeats", args.repeats, MAX_REPEATS), ("--gpus", args.gpus, None)):
+        if value is not None and (value < 1 or (most is not None and value > most)):
+            raise UserError(f"{flag}: must be an integer from 1 to {most}, got {value}" if most is not None else
+                            f"{flag}: must be >= 1, got {value}")
+    check_given(args.tracking_uri, "--tracking-uri", "an MLflow tracking URI (sqlite:///path/mlflow.db, "
+                                                     "http://host:5000, a directory)")
+    check_given(args.optuna_storage, "--optuna-storage", "an RDB URL (sqlite:///path/optuna.db, "
+                                                         "postgresql://user@host/db)")
+    check_given(args.storage_path, "--storage-path", "a path, s3://bucket/prefix or gs://bucket/prefix")
+    check_given(args.cache_dir, "--cache-dir", "a path, s3://bucket/prefix or gs://bucket/prefix")
+    check_given(args.address, "--address", "a cluster address (host:port, ray://host:port, auto) or local")
 
 
 def _plan(args, space, base_config) -> int:
@@ -337,13 +374,17 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
     status = "FAILED"
     refused = None  # the bad input every trial failed on, found only as the trials built their data: exit 2
     callback = None
+    stop = None  # what stopped the sweep from outside its trials (platform/sweep/faults.py): exit 1
     answer = SweepAnswer()
     try:
+        tracker.set_tag(parent_run_id, TAG_SWEEP_DIR, resume_dir or join_storage(storage, experiment))  # --repair
         if not resume_dir:  # the experiment directory records the parent run, for --resume (and the resume line)
+            claim_sweep(join_storage(storage, experiment))  # before the state a --resume finds: one driver per sweep
             start_state(join_storage(storage, experiment), parent_run_id, tracking_uri, space, args.invocation,
                          **first_state(experiment, space))
         _release_sigterm()  # a SIGTERM meanwhile: interrupted here, the parent closed and the resume line printed
         _tune_fixes.apply()  # a trial handed a dead reused actor is run again (platform/sweep/_tune_fixes.py)
+        watch_ray_node(_log_dirs(storage, experiment))  # its raylet killed: runs closed before Ray ends us
         objectives = ", ".join(f"{m} ({d})" for m, d in space.search.objectives)
         selecting = f"Pareto front of {objectives}" if space.search.multi_objective else f"selecting on {objectives}"
         rounds = "rounds per cell" if "rounds" in space.scenarios else f"{base_config.rounds} rounds"
@@ -382,6 +423,8 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
         trainable = sweep_trainable(space, base_config, shared, args)
         results, callback = fit_study(trainable, space, base_config, storage, experiment, callback, log=print)
         if results is None:
+            if node_lost():  # Tune ended its run on the interrupt: not a user's, the command says what it was
+                raise NodeLost(node_lost())
             callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
             print(f"\ninterrupted; continue with: {resume_command(experiment, storage)}", file=sys.stderr)
             status = "KILLED"
@@ -389,33 +432,49 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
             status = report_best(results, space, tracker, parent_run_id, callback, answer,
                              sweep_dir=join_storage(storage, experiment))
             refused = refused_by_config(results) if status == "FAILED" else None
-    except KeyboardInterrupt as interrupt:
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM, SIGHUP; or this driver's Ray node lost (NodeLost)
         status = "KILLED"
-        if callback is not None:
-            callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
-        print(f"\ninterrupted; continue with: {resume_command(experiment, storage)}", file=sys.stderr,
-              flush=True)
-        interrupt.announced = True  # main_wrapper adds no line of its own
+        if isinstance(interrupt, NodeLost) or node_lost():
+            stop = stopping(interrupt, _log_dirs(storage, experiment), tracking_uri, args.optuna_url)
+        else:
+            if callback is not None:
+                callback.close_open_runs(STATUS_INTERRUPTED, "KILLED")
+            by = " by SIGHUP (its terminal closed)" if _SIGTERM.get("signal") == 1 else ""  # signal.SIGHUP
+            say(f"\ninterrupted{by}; continue with: {resume_command(experiment, storage)}")
+            interrupt.announced = True  # main_wrapper adds no line of its own
+            raise
+    except UserError:  # bad input found on the way (another driver holds the sweep): its line, exit 2
         raise
+    except Exception as err:  # a full disk, a store locked past its wait, any other error in the driver
+        status, refused = "FAILED", None
+        stop = stopping(err, _log_dirs(storage, experiment), tracking_uri, args.optuna_url)
     finally:
-        from platform.results.tracking import close_orphan_runs
-
+        unwatch_ray_node()
         _SIGTERM.update(held=True, pending=False)  # closing up: a second SIGTERM never leaves a run half-closed
         answer.status = _STATUS_TAGS.get(status, STATUS_FAILED)
-        record_status(join_storage(storage, experiment), answer.status)
-        earlier, own = close_orphan_runs(tracker, parent_run_id, started_since_ms=started_ms)
-        if earlier:
-            print(f"closed {earlier} run(s) left RUNNING by an earlier driver that was killed", file=sys.stderr)
-        if own:  # this driver's own: created as it was interrupted, before the callback held them
-            print(f"closed {own} trial run(s) this sweep was starting when it stopped, as interrupted",
-                  file=sys.stderr)
-        tracker.set_tag(parent_run_id, TAG_STATUS, answer.status)
-        publish(tracker, parent_run_id, space, answer, args.optuna_url, quiet=args.quiet)
-        tracker.end_run(parent_run_id, status)
+        unclosed = close_sweep(tracker, parent_run_id, status, answer.status, stop=stop, started_ms=started_ms,
+                               record=lambda: record_status(join_storage(storage, experiment), answer.status),
+                               publish=lambda: publish(tracker, parent_run_id, space, answer, args.optuna_url,
+                                                       quiet=args.quiet))
+        if unclosed and stop is None:
+            say(repair_line(unclosed, tracking_uri))
         _SIGTERM.update(held=False, pending=False)
         if refused:
             print(f"error: {refused} (every trial failed on it)", file=sys.stderr, flush=True)
+    if stop is not None:
+        from platform.stages.storage import isfile
+
+        try:
+            resumable = isfile(join_storage(storage, experiment, STATE_FILE))
+        except Exception:  # noqa: BLE001 - a storage that does not answer: no line to continue from
+            resumable = False
+        return report_stop(stop, unclosed, resume_command(experiment, storage) if resumable else None, tracking_uri)
     return _exit_code(status, refused)
+
+
+def _log_dirs(storage: str, experiment: str) -> list[str]:
+    """Where the log of what stopped a sweep goes: its Tune directory, else the results home's ``logs``."""
+    return [join_storage(storage, experiment), os.path.join(results_home(), "logs")]
 
 
 def _exit_code(status: str, refused: "str | None") -> int:
@@ -446,6 +505,15 @@ def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
               TAG_DESCRIPTION: space.description, TAG_OPTUNA_STORAGE: args.optuna_url, TAG_DRIVER: driver_id(),
               **({TAG_PRESET: space.preset_name} if space.preset_name else {}),
               TAG_NOTE: description(space, tracker.experiment_id, SweepAnswer())})
+    try:
+        _log_parent_params(tracker, parent_run_id, space, base_config)
+    except BaseException:
+        abandon_run(tracker, parent_run_id)  # a store that fails now (full, locked): no parent left RUNNING
+        raise
+    return parent_run_id
+
+
+def _log_parent_params(tracker, parent_run_id: str, space, base_config) -> None:
     tracker.log_params(parent_run_id, {
         **{f"{PARAM_BASE}{k}": v for k, v in base_config.flat().items()},
         **{f"{PARAM_SCENARIO}{k}": list(values) for k, values in space.scenarios.items()},
@@ -453,4 +521,3 @@ def _open_parent_run(tracker, args, space, base_config, resume_dir) -> str:
            for k, d in space.parameters.items()},
         **{f"{PARAM_SEARCH}{k}": v for k, v in vars(space.search).items() if k != "scheduler"},
         f"{PARAM_SEARCH}scheduler": space.search.scheduler.kind, f"{PARAM_SEARCH}seeds": space.seeds})
-    return parent_run_id

@@ -21,8 +21,8 @@ from typing import Any, Optional
 
 from platform.cli import probe_write, results_home, sqlite_path
 from platform.config.run_schema import diverged, is_number, setting_metrics
-from platform.errors import UserError
-from platform.results.tracking import sqlite_store_lock
+from platform.errors import UserError, disk_full
+from platform.results.tracking import check_sqlite_file, sqlite_store_lock
 
 STUDY_FILE = "optuna.db"
 ENV_STORAGE = "FEDSWEEP_OPTUNA_STORAGE"
@@ -40,19 +40,25 @@ def storage_url(tracking_uri: str, cli_url: Optional[str] = None) -> str:
     return f"sqlite:///{os.path.join(directory, STUDY_FILE)}"
 
 
-def check_storage(url: str) -> None:
-    """Fail early, with one line naming the option, when the storage URL cannot be opened."""
+def check_storage(url: str, flag: str = "--optuna-storage") -> None:
+    """Fail early, with one line naming ``flag`` (the option, or the variable the URL came from), when the storage
+    URL cannot be opened: not a URL, or a ``sqlite:///`` file that is no SQLite database (a directory, a device, a
+    text file) or in a directory that does not exist or cannot be written."""
+    if not url.strip():
+        raise UserError(f"{flag}: is empty; give an RDB URL (e.g. sqlite:///optuna.db, postgresql://user@host/db), "
+                        f"or leave it out for the default beside the MLflow store")
     if "://" not in url:
-        raise UserError(f"--optuna-storage: {url!r} is not an RDB URL (e.g. sqlite:///optuna.db, "
+        raise UserError(f"{flag}: {url!r} is not an RDB URL (e.g. sqlite:///optuna.db, "
                         f"postgresql://user@host/db)")
     if sqlite_path(url):
+        check_sqlite_file(sqlite_path(url), flag, STUDY_FILE)
         directory = os.path.dirname(sqlite_path(url))
         if not os.path.isdir(directory):
-            raise UserError(f"--optuna-storage: directory {directory} does not exist; create it or give another "
+            raise UserError(f"{flag}: directory {directory} does not exist; create it or give another "
                             f"sqlite:///<dir>/optuna.db")
         reason = probe_write(directory)  # a file really written and removed: os.access says yes to /proc for root
         if reason:
-            raise UserError(f"--optuna-storage: directory {directory} is not writable (cannot create a file: "
+            raise UserError(f"{flag}: directory {directory} is not writable (cannot create a file: "
                             f"{reason}); give a directory this user can write")
 
 
@@ -71,9 +77,23 @@ def optuna_distribution(dist):
     return FloatDistribution(float(dist.args[0]), float(dist.args[1]), log=dist.kind == "loguniform")
 
 
+_LOST: dict[str, str] = {}  # study name -> why its storage went away, in this process
+
+
+def lost_studies() -> dict[str, str]:
+    """The studies whose storage went away while this process recorded them, ``{study name: why}``: the closing
+    lines and the parent run's description leave them out of what optuna-dashboard opens."""
+    return dict(_LOST)
+
+
 class StudyRecorder:
     """Adds a sweep's (or a scenario cell's) finished trials to its persistent study. Pickles with the Tune callback
-    (the storage is reopened lazily)."""
+    (the storage is reopened lazily).
+
+    A SQLite storage that goes away mid-sweep (its file deleted, replaced, truncated or overwritten: SQLite would go
+    on writing to the deleted file, unseen) is found before each trial is added: the study is then ``lost`` (one
+    warning line; :func:`lost_studies`), nothing more is written to it, and the sweep goes on (MLflow holds every
+    trial). A full disk under it is raised (the sweep stops, :mod:`platform.sweep.faults`)."""
 
     def __init__(self, url: str, study_name: str, objectives: list[tuple[str, str]], parameters: dict):
         self.url = url
@@ -81,9 +101,11 @@ class StudyRecorder:
         self.objectives = list(objectives)
         self.parameters = parameters
         self._study = None
+        self._file = None  # (device, inode) of the SQLite file the study was opened in
+        self.lost: Optional[str] = None  # why the storage went away mid-sweep
 
     def __getstate__(self):
-        return {**self.__dict__, "_study": None}
+        return {**self.__dict__, "_study": None, "_file": None}
 
     @property
     def study(self):
@@ -100,7 +122,37 @@ class StudyRecorder:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # Optuna marks set_metric_names experimental
                     self._study.set_metric_names(names)
+            if sqlite_path(self.url):
+                info = os.stat(sqlite_path(self.url))
+                self._file = (info.st_dev, info.st_ino)
         return self._study
+
+    def _gone(self) -> Optional[str]:
+        """Why the SQLite file the study was opened in is no longer it (deleted, replaced, cut to less than SQLite's
+        header, overwritten); None while it is (or before the study was opened, or for another RDB)."""
+        from platform.results.tracking import SQLITE_HEADER
+
+        path = sqlite_path(self.url)
+        if not path or self._file is None:
+            return None
+        try:
+            info = os.stat(path)
+            with open(path, "rb") as fh:
+                header = fh.read(len(SQLITE_HEADER))
+        except FileNotFoundError:
+            return f"{path} was deleted"
+        except OSError as err:
+            return f"{path} cannot be read ({err.strerror})"
+        if (info.st_dev, info.st_ino) != self._file:
+            return f"{path} was replaced by another file"
+        if header != SQLITE_HEADER:
+            return f"{path} was truncated or overwritten ({info.st_size} bytes, no SQLite header)"
+        return None
+
+    def _lose(self, why: str) -> None:
+        self.lost = _LOST[self.study_name] = why
+        print(f"warning: Optuna study {self.study_name} is lost: {why}; the sweep goes on without it (every trial is "
+              f"in MLflow), and optuna-dashboard has nothing of it to open", file=sys.stderr, flush=True)
 
     def record(self, params: dict, last: dict, history: dict, state: str, attrs: dict) -> None:
         """Add one ended trial. ``last``: its last reported metrics; ``history``: {round: search metric value};
@@ -118,6 +170,11 @@ class StudyRecorder:
         distributions = {k: optuna_distribution(self.parameters[k]) for k in params if k in self.parameters}
         intermediate = ({int(r): float(v) for r, v in history.items() if v == v and abs(v) != float("inf")}
                         if len(self.objectives) == 1 else {})
+        gone = None if self.lost else self._gone()
+        if gone:
+            self._lose(gone)
+        if self.lost:
+            return
         try:
             trial = create_trial(
                 params={k: params[k] for k in distributions}, distributions=distributions,
@@ -126,7 +183,17 @@ class StudyRecorder:
                 user_attrs={k: _attr(v) for k, v in attrs.items()})
             self.study.add_trial(trial)
         except (ValueError, optuna.exceptions.OptunaError) as err:  # the record must not fail a sweep
+            if disk_full(err) is not None:  # but a full disk stops it, as everywhere
+                raise
+            broken = next((why for why in _BROKEN if why in str(err)), None)
+            if broken and sqlite_path(self.url):
+                self._lose(f"{sqlite_path(self.url)}: {broken}")
+                return
             print(f"warning: trial not recorded in Optuna study {self.study_name}: {err}", file=sys.stderr)
+
+
+# SQLite's words for a database file that is no longer one (cut, overwritten, its tables gone)
+_BROKEN = ("database disk image is malformed", "file is not a database", "no such table", "unable to open database")
 
 
 def _attr(value: Any):

@@ -96,9 +96,15 @@ def description(space, experiment_id: str, answer: SweepAnswer) -> str:
             link = f"[{name}]({run_link(experiment_id, row['run_id'])})" if row.get("run_id") else name
             parts.append(f"| {link} | " + " | ".join(_pm(row, m) for m in names) + " |")
     parts += ["", space_markdown(space)]
-    if answer.studies:
-        parts += ["", "Optuna studies: " + ", ".join(f"`{s}`" for s in answer.studies)
+    from platform.sweep.optuna_store import lost_studies
+
+    lost = lost_studies()
+    kept = [s for s in answer.studies if s not in lost]
+    if kept:
+        parts += ["", "Optuna studies: " + ", ".join(f"`{s}`" for s in kept)
                   + " (plots under `optuna/`; open them with optuna-dashboard)."]
+    parts += [f"Optuna study `{s}` lost mid-sweep: {lost[s]}; its trials are in the child runs only."
+              for s in answer.studies if s in lost]
     return "\n".join(parts)
 
 
@@ -138,8 +144,13 @@ def publish(tracker, parent_run_id: str, space, answer: SweepAnswer, optuna_url:
                                                    description(space, tracker.experiment_id, answer)))
     link = _safely("MLflow view", lambda: _publish_view(tracker, parent_run_id, space, ranked(answer)))
     _safely("sweep tables and plots", lambda: _log_results(tracker, parent_run_id))
+    from platform.sweep.optuna_store import lost_studies
+
+    studies = [s for s in answer.studies if s not in lost_studies()]  # a study whose storage went away: none
     if optuna_url:
         for index, study in enumerate(answer.studies):  # per cell under optuna/cell-NNN/
+            if study not in studies:
+                continue
             folder = f"cell-{index + 1:03d}" if space.scenarios else ""
             _safely(f"Optuna plots of {study}", lambda s=study, f=folder: _log_study_plots(
                 tracker, parent_run_id, space, optuna_url, s, answer, f))
@@ -148,10 +159,10 @@ def publish(tracker, parent_run_id: str, space, answer: SweepAnswer, optuna_url:
     print(f"results: {ui_command(tracker.uri)}", flush=True)
     if link:
         print(f"open: {link}", flush=True)
-    if optuna_url and answer.studies:
+    if optuna_url and studies:
         from platform.sweep.optuna_store import dashboard_command
 
-        print(f"optuna: {dashboard_command(optuna_url)}  (studies {', '.join(answer.studies)})", flush=True)
+        print(f"optuna: {dashboard_command(optuna_url)}  (studies {', '.join(studies)})", flush=True)
     return link
 
 

@@ -159,6 +159,14 @@ def tune_log_path(study_dir: str) -> str:
     return os.path.join(results_home(), "logs", study_dir.split("://", 1)[1].strip("/").replace("/", "_") + ".log")
 
 
+class _QuietFileHandler(logging.FileHandler):
+    """A log file that drops a record it cannot write (a full disk) instead of printing logging's own traceback to
+    the console: what stops the sweep is reported once, by the command (platform/sweep/faults.py)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        return None
+
+
 @contextlib.contextmanager
 def tune_log_to(path: str):
     """Tune's own log records while a study runs (its performance warnings, each failed trial's traceback, the
@@ -166,7 +174,7 @@ def tune_log_to(path: str):
     between the sweep's lines: the callback prints one line per failed trial (its exception and where its traceback
     is), the command its own resume line."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    handler = _QuietFileHandler(path, encoding="utf-8", delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     saved = []
     for name in TUNE_LOGGERS:
@@ -180,7 +188,8 @@ def tune_log_to(path: str):
         for logger, propagate in saved:
             logger.removeHandler(handler)
             logger.propagate = propagate
-        handler.close()
+        with contextlib.suppress(OSError):  # its last lines on a full disk: the log is Tune's, not the sweep's
+            handler.close()
 
 
 def fit_study(trainable, space, base_config, parent_dir: str, name: str, callback, log):

@@ -75,17 +75,21 @@ IN_A_NEW_PROCESS = {"unknown search space", "a GPU trial on a cluster without GP
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_input_fails_cleanly(case, tmp_path, monkeypatch, capsys):
+def test_bad_input_fails_cleanly(case, tmp_path_factory, tmp_path, monkeypatch, capsys):
+    """Each case: exit 2, one line, and nothing written, neither in the working directory nor in the results home
+    ($FEDSWEEP_HOME, an empty directory of its own)."""
     (module, *args), expected = CASES[case]
+    home = tmp_path_factory.mktemp("home")
     if case in IN_A_NEW_PROCESS:
-        result = run_cli(module, *args, cwd=str(tmp_path), env={"MLFLOW_TRACKING_URI": ""}, timeout=180)
+        result = run_cli(module, *args, cwd=str(tmp_path), env={"MLFLOW_TRACKING_URI": "", "FEDSWEEP_HOME": str(home)},
+                         timeout=180)
         code, stderr = result.returncode, result.stderr
     else:
         import importlib
 
         monkeypatch.chdir(tmp_path)
         monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-        monkeypatch.delenv("FEDSWEEP_HOME", raising=False)
+        monkeypatch.setenv("FEDSWEEP_HOME", str(home))
         code = importlib.import_module(COMMAND_MODULES.get(module, module)).main(args)
         stderr = capsys.readouterr().err
     assert code == 2, stderr
@@ -96,6 +100,7 @@ def test_bad_input_fails_cleanly(case, tmp_path, monkeypatch, capsys):
     if case == "unknown search space":
         assert "smoke" in lines[0] and "fedkp_bandwidth" in lines[0]  # lists what is available
     assert os.listdir(tmp_path) == [], f"{case} wrote {os.listdir(tmp_path)}"
+    assert os.listdir(home) == [], f"{case} wrote {os.listdir(home)} in the results home"
 
 
 def _sets(flags: list[str]) -> list[str]:

@@ -249,6 +249,7 @@ class DPFedAvg(FedAvg):
         return update
 
 
+@pytest.mark.slow  # a sweep of its own (27 s); the fast tier keeps a test of each path
 def test_a_sweep_over_epsilon_redraws_only_the_noise(ray_local):
     runs = {eps: _run(_config(algorithm={"name": f"{HERE}:DPFedAvg", "epsilon": eps}), rounds=1)[0]
             for eps in (1.0, 4.0)}

@@ -37,6 +37,7 @@ def test_same_config_and_seed_give_identical_metrics(one_actor_metrics):
     assert _metrics(load_experiment({**ONE_ACTOR, "seed": 1})) != one_actor_metrics
 
 
+@pytest.mark.slow  # the fast tier keeps the same-seed determinism test of this module
 def test_pool_size_does_not_change_results(one_actor_metrics):
     one = one_actor_metrics
     three = _metrics(load_experiment({**SMALL, "resources": {"cpu": 1, "actors": 3}}))

@@ -24,6 +24,7 @@ FAST_SPACE = {
 }
 
 
+@pytest.mark.slow  # the fast tier sweeps a conditional parameter in test_smoke_sweep.py
 def test_grid_with_conditional_parameter_and_seeds(ray_local, tracking_uri, tmp_path, capsys):
     from platform.sweep.command import main
 
