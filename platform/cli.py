@@ -134,13 +134,27 @@ def leave_ray_job_working_dir(home: str) -> None:
     """Under ``ray job submit --working-dir``, move to the stable results home.
 
     The job's working directory is a temporary copy that Ray may delete while the job still runs (it
-    can vanish once the trial actors release it, breaking ``os.getcwd()``). Everything the sweep reads
-    from it (the search-space file) is loaded before this call.
+    can vanish once the trial actors release it, breaking ``os.getcwd()``), and the packages are loaded
+    from it. Everything the sweep reads from it (the search-space file) is loaded before this call, and so
+    is every module of the two packages: one imported later, where it is first needed, would be gone.
     """
 
     if in_ray_job():
+        _import_every_module()
         os.makedirs(home, exist_ok=True)
         os.chdir(home)
+
+
+def _import_every_module() -> None:
+    """Import every module of ``platform`` and ``algorithms`` now (the entry points' ``__main__`` excepted)."""
+    import importlib
+    import pkgutil
+
+    for name in ("platform", "algorithms"):
+        package = importlib.import_module(name)
+        for info in pkgutil.walk_packages(package.__path__, f"{name}."):
+            if info.name.rsplit(".", 1)[-1] != "__main__" and "._boot" not in info.name:
+                importlib.import_module(info.name)
 
 
 def add_plan_arguments(parser, what: str) -> None:
