@@ -36,7 +36,7 @@ import threading
 import time
 from typing import Optional
 
-from platform.stages.storage import filesystem, is_uri, read_bytes, write_bytes
+from platform.stages.storage import filesystem, is_uri, read_bytes, synced_temp_file, write_bytes
 
 RENEW_EVERY = 10.0  # seconds between renewals by the holder's thread
 STALE_AFTER = 60.0  # a lease of another host not renewed for this long is stale
@@ -223,12 +223,8 @@ def _write(path: str, data: bytes, create: bool) -> None:
     if is_uri(path) or not create:
         write_bytes(path, data)
         return
-    tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(3)}"
+    tmp = synced_temp_file(path, data)
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
         try:
             os.link(tmp, path)
         except OSError as err:

@@ -125,6 +125,22 @@ def read_bytes(path: str) -> bytes:
         return fh.read()
 
 
+def synced_temp_file(path: str, data: bytes) -> str:
+    """A new file beside local ``path`` holding ``data``, flushed and fsynced: its name, for the caller to rename or
+    link into place (it is removed if writing fails)."""
+    tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(3)}"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
 def write_bytes(path: str, data: bytes) -> None:
     """Write ``path`` whole or not at all: a local file through a temporary file in its directory (flushed and
     fsynced) renamed into place, then the directory fsynced; an object by one PUT (an object store never shows a
@@ -135,12 +151,8 @@ def write_bytes(path: str, data: bytes) -> None:
             fh.write(data)
         return
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(3)}"
+    tmp = synced_temp_file(path, data)
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
