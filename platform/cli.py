@@ -289,7 +289,7 @@ class EarlyRay:
 
     The thread stays alive, blocked, for the life of the process: Ray starts its GCS and raylet with
     ``PR_SET_PDEATHSIG``, which fires when the *thread* that started them ends, not the process. The reaper
-    (``platform/_reaper.py``) starts before ``ray.init``, so a command that refuses its input and exits while Ray is
+    (``platform/reaper.py``) starts before ``ray.init``, so a command that refuses its input and exits while Ray is
     still starting (:func:`exit_command`) leaves nothing running."""
 
     def __init__(self, dashboard: bool):
@@ -537,32 +537,32 @@ _REAPER: dict = {}  # the reaper of the local instance this process started: "pi
 
 
 def _start_reaper() -> None:
-    """Start the watcher (``platform/_reaper.py``) that stops the local Ray cluster this process starts once this
+    """Start the watcher (``platform/reaper.py``) that stops the local Ray cluster this process starts once this
     process has exited, even by kill -9: without it Ray's agents linger 60 s (see that module). It stops the
     processes :func:`tell_reaper` lists."""
     if _REAPER:
         return
     import subprocess
 
-    from platform import _reaper
+    from platform import reaper
 
     read_end, write_end = os.pipe()  # not inheritable: only this process holds the write end
     try:
-        reaper = subprocess.Popen([sys.executable, "-S", _reaper.__file__], stdin=read_end, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen([sys.executable, "-S", reaper.__file__], stdin=read_end,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     finally:
         os.close(read_end)
-    _REAPER.update(pipe=write_end, pid=reaper.pid)  # the write end stays open for the life of this process
+    _REAPER.update(pipe=write_end, pid=process.pid)  # the write end stays open for the life of this process
 
 
 def tell_reaper() -> None:
     """Hand every live descendant of this process (Ray's processes, actor workers included) to the reaper."""
     if not _REAPER:
         return
-    from platform import _reaper
+    from platform import reaper
 
     lines = "".join(f"{pid}:{start}\n" for pid in descendant_processes(os.getpid())
-                    if pid != _REAPER["pid"] and (start := _reaper.start_time(pid)) is not None)
+                    if pid != _REAPER["pid"] and (start := reaper.start_time(pid)) is not None)
     try:
         os.write(_REAPER["pipe"], lines.encode("ascii"))
     except OSError:

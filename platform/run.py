@@ -153,7 +153,7 @@ class StartupClock:
 
 def process_age() -> float:
     """Seconds since this process started (Linux: /proc; elsewhere since this module was imported)."""
-    from platform._reaper import start_time
+    from platform.reaper import start_time
 
     started = start_time(os.getpid())
     try:

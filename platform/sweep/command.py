@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Optional
 
-from platform.sweep import _tune_fixes
+from platform.sweep import tune_fixes
 from platform.config.space_files import MAX_NUM_SAMPLES, MAX_REPEATS
 from platform.cli import (add_plan_arguments, add_ray_arguments, check_address, connect_ray,
                           leave_ray_job_working_dir, main_wrapper, quiet_libraries, results_home, sqlite_path,
@@ -383,7 +383,7 @@ def _run(args, space, base_config, storage, tracking_uri, resume_dir) -> int:
             start_state(join_storage(storage, experiment), parent_run_id, tracking_uri, space, args.invocation,
                          **first_state(experiment, space))
         _release_sigterm()  # a SIGTERM meanwhile: interrupted here, the parent closed and the resume line printed
-        _tune_fixes.apply()  # a trial handed a dead reused actor is run again (platform/sweep/_tune_fixes.py)
+        tune_fixes.apply()  # a trial handed a dead reused actor is run again (platform/sweep/tune_fixes.py)
         watch_ray_node(_log_dirs(storage, experiment))  # its raylet killed: runs closed before Ray ends us
         objectives = ", ".join(f"{m} ({d})" for m, d in space.search.objectives)
         selecting = f"Pareto front of {objectives}" if space.search.multi_objective else f"selecting on {objectives}"

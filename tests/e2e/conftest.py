@@ -60,9 +60,9 @@ def _worker_raylets(temp_dir: str) -> list[int]:
 
 def stop_processes(pids: list[int], grace: float = 10.0) -> None:
     """SIGTERM, then after ``grace`` seconds SIGKILL, each of ``pids`` (the driver's reaper does the same)."""
-    from platform import _reaper
+    from platform import reaper
 
-    _reaper.stop([(pid, start) for pid in pids if (start := _reaper.start_time(pid)) is not None], grace=grace)
+    reaper.stop([(pid, start) for pid in pids if (start := reaper.start_time(pid)) is not None], grace=grace)
 
 
 def pytest_collection_modifyitems(config, items):

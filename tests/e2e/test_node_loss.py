@@ -1,7 +1,7 @@
 """A worker node lost mid-sweep (kill -9 of its raylet): the trial it ran is run again on the node that is left,
 the sweep completes, and MLflow has exactly one finished run per trial, none left RUNNING. A trial being handed a
 reused actor on the lost node is retried too (Ray Tune would count that failure twice; see
-platform/sweep/_tune_fixes.py, tested alone in tests/integration/test_sweep.py)."""
+platform/sweep/tune_fixes.py, tested alone in tests/integration/test_sweep.py)."""
 import os
 import re
 import signal

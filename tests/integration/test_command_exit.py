@@ -1,5 +1,5 @@
 """A command's own process (``python -m platform.run``) starts its local Ray in the background while it imports torch
-and checks the config, and leaves that instance to the reaper (``platform/_reaper.py``) when it exits instead of
+and checks the config, and leaves that instance to the reaper (``platform/reaper.py``) when it exits instead of
 ``ray.shutdown`` (``platform.cli.start_ray_early``, ``exit_command``). Whether it ends normally or refuses its
 input while Ray is still starting, its MLflow run is closed and every process it started is gone soon after."""
 import subprocess
@@ -42,7 +42,7 @@ def _run_watched(args: list[str], cwd: str, env: dict | None = None) -> tuple[su
 
 def _all_gone(pids: set[int], within: float = 40.0) -> list[int]:
     """The ``pids`` still running after up to ``within`` s: room for the reaper under load, short of the 60 s that
-    Ray's agents linger without it (platform/_reaper.py)."""
+    Ray's agents linger without it (platform/reaper.py)."""
     deadline = time.time() + within
     while [p for p in pids if process_running(p)] and time.time() < deadline:
         time.sleep(0.25)

@@ -217,7 +217,7 @@ def test_resume_after_the_driver_was_killed_leaves_one_run_per_trial(tracking_ur
     uri, args = _resumable_sweep(tmp_path, "killed")
     ray_processes: list[int] = []
     _sweep_until(args, "[trial 2/3] round 3/6", signal.SIGKILL, ray_processes)  # its open runs stay RUNNING
-    # the driver's local Ray cluster goes with it (Ray's own agents would linger 60 s: platform/_reaper.py)
+    # the driver's local Ray cluster goes with it (Ray's own agents would linger 60 s: platform/reaper.py)
     assert len(ray_processes) > 3
     deadline = time.time() + 40  # well past the reaper's work, short of the 60 s they would linger without it
     while [pid for pid in ray_processes if process_running(pid)] and time.time() < deadline:
@@ -332,13 +332,13 @@ def _sweep_until(args: list[str], marker: str, signum: int,
 def test_a_trial_handed_a_dead_reused_actor_is_run_again(ray_local, tmp_path):
     """Ray Tune with reuse_actors (as the sweeps run it) hands a finished trial's cached actor to the next trial; when
     that actor has died meanwhile (its node lost, its process killed), Tune counted the one failure twice and ended
-    the trial as ERROR without a retry (platform/sweep/_tune_fixes.py). With the fix, the trial is run again and
+    the trial as ERROR without a retry (platform/sweep/tune_fixes.py). With the fix, the trial is run again and
     completes. Plain Tune, a real process killed with SIGKILL while its actor sits in Tune's cache."""
     from ray import tune
 
-    from platform.sweep import _tune_fixes
+    from platform.sweep import tune_fixes
 
-    assert _tune_fixes.apply()
+    assert tune_fixes.apply()
 
     def trainable(config):
         for step in range(2):

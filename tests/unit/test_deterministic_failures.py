@@ -3,7 +3,7 @@ a lost process or node is retried (``search.max_failures``). Ray's own exception
 from ray.exceptions import ActorDiedError, RayTaskError
 
 from platform.errors import ConfigError
-from platform.sweep._tune_fixes import deterministic
+from platform.sweep.tune_fixes import deterministic
 
 
 def _as_ray_delivers(cause: BaseException) -> BaseException:

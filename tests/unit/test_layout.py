@@ -14,7 +14,7 @@ MAX_ENTRIES = 12
 # Lowest first. A module may import from its own floor and below, never above. Packages on one floor do not import
 # each other unless listed in SIDEWAYS.
 FLOORS = {
-    "platform": 0, "platform._boot": 0, "platform.errors": 0, "platform._reaper": 0,
+    "platform": 0, "platform._boot": 0, "platform.errors": 0, "platform.reaper": 0,
     "platform.cli": 1,
     "platform.config": 2, "platform.stages": 2,
     "platform.data": 3,
@@ -112,10 +112,6 @@ def test_algorithms_never_import_the_platform():
             assert not [t for t in targets if t.startswith("platform")], f"{module} imports the platform"
 
 
-#: private modules that are a package's own machinery, imported by name (``from platform import _reaper``)
-PRIVATE_MODULES = {"_reaper", "_tune_fixes", "_cnn", "_resnet", "_mobile"}
-
-
 def private_imports() -> list[str]:
     """``from platform.x import _name`` across modules: each module shows its neighbours a public surface, and a
     name with a leading underscore is its own business."""
@@ -127,8 +123,7 @@ def private_imports() -> list[str]:
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("platform",
                                                                                               "algorithms"):
                 for alias in node.names:
-                    if alias.name.startswith("_") and not alias.name.startswith("__") \
-                            and alias.name not in PRIVATE_MODULES and node.module != module:
+                    if alias.name.startswith("_") and not alias.name.startswith("__") and node.module != module:
                         found.append(f"{module} imports {node.module}.{alias.name}")
     return found
 

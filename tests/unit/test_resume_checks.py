@@ -1,7 +1,7 @@
 """What ``--resume`` checks before Ray starts, on real files: the space file must be the one the sweep started with
 (its sha256 is in the stored invocation; an invocation stored without one is not checked), and every state file it
 would read must read (the newest of each of Tune's patterns, as Tune picks it): a truncated one is refused in one
-line naming it. Also Tune's state reaches the storage whole (platform/sweep/_tune_fixes.py's copy)."""
+line naming it. Also Tune's state reaches the storage whole (platform/sweep/tune_fixes.py's copy)."""
 import hashlib
 import json
 import os
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from platform.errors import UserError
-from platform.sweep import _tune_fixes
+from platform.sweep import tune_fixes
 from platform.sweep.command import build_parser, resolve_resume
 from platform.sweep.state import STATE_FILE, start_state
 
@@ -99,14 +99,14 @@ def test_a_truncated_state_file_is_refused_in_one_line(tmp_path, name, keep):
 
 def test_tunes_state_reaches_a_local_storage_whole(tmp_path):
     """The copy of Tune's staging directory to a local storage (what its syncer runs, replaced by
-    :func:`_tune_fixes.copy_whole`): a reader of the destination sees the old file or the new one, never a part,
+    :func:`tune_fixes.copy_whole`): a reader of the destination sees the old file or the new one, never a part,
     while the file is copied over and over; no temporary file is left."""
     staging, storage = tmp_path / "staging", tmp_path / "storage"
     (staging / "trial").mkdir(parents=True)
     old, new = b"o" * 3_000_000, b"n" * 6_000_000
     (staging / "experiment_state-1.json").write_bytes(old)
     (staging / "trial" / "result.json").write_bytes(b"{}")
-    _tune_fixes.copy_whole(str(staging), str(storage))
+    tune_fixes.copy_whole(str(staging), str(storage))
     (staging / "experiment_state-1.json").write_bytes(new)
     seen, done = set(), threading.Event()
 
@@ -118,7 +118,7 @@ def test_tunes_state_reaches_a_local_storage_whole(tmp_path):
     reader.start()
     try:
         for _ in range(10):
-            _tune_fixes.copy_whole(str(staging), str(storage))
+            tune_fixes.copy_whole(str(staging), str(storage))
     finally:
         done.set()
         reader.join()
@@ -132,12 +132,12 @@ def test_tunes_own_writers_are_replaced_where_tune_has_them():
     from ray.train._internal.storage import _FilesystemSyncer
     from ray.tune.execution.tune_controller import TuneController
 
-    assert _tune_fixes.whole_state_writes()
-    assert TuneController.save_to_dir.__module__ == _tune_fixes.__name__
+    assert tune_fixes.whole_state_writes()
+    assert TuneController.save_to_dir.__module__ == tune_fixes.__name__
     import pyarrow.fs as pafs
 
     syncer = _FilesystemSyncer(storage_filesystem=pafs.LocalFileSystem())
-    assert syncer._sync_up_command("/a", "/b")[0] is _tune_fixes.copy_whole
+    assert syncer._sync_up_command("/a", "/b")[0] is tune_fixes.copy_whole
 
 
 def test_a_truncated_state_in_a_bucket_is_refused_naming_its_uri(s3_bucket):

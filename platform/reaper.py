@@ -1,6 +1,6 @@
 """Stops the local Ray cluster a driver started, once that driver has gone, however it went (kill -9 included).
 
-Run by :func:`platform.cli.connect_ray` as ``python -S platform/_reaper.py [PID:START ...]`` with a pipe from the
+Run by :func:`platform.cli.connect_ray` as ``python -S platform/reaper.py [PID:START ...]`` with a pipe from the
 driver on stdin; standard library only, so it starts in milliseconds and never imports our ``platform``. The driver
 may write more ``PID:START`` lines to the pipe at any time (it does once Ray is up, and again just before it exits).
 The reaper blocks until the pipe closes (the driver exited: the kernel closes its end), then sends SIGTERM, and
