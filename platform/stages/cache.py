@@ -36,7 +36,6 @@ by default it is ``$FEDSWEEP_CACHE``, else ``<results home>/cache``.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import inspect
 import io
@@ -52,7 +51,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from platform.cli import results_home
-from platform.stages.storage import filesystem, is_uri, normalise, write_bytes
+from platform.stages.storage import filesystem, is_uri, local_lock, normalise, write_bytes
 
 CACHE_FORMAT = 3  # bump when the layout changes (2: a checksum per entry; 3: content-named value, manifest last)
 
@@ -132,15 +131,8 @@ class _LocalStore:
         with contextlib.suppress(OSError):
             os.replace(path, aside)
 
-    @contextlib.contextmanager
     def lock(self, path: str):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".lock", "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        return local_lock(path)
 
     def record(self, stage_name: str, line: str) -> None:
         directory = self.join(stage_name)

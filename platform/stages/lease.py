@@ -36,7 +36,7 @@ import threading
 import time
 from typing import Optional
 
-from platform.stages.storage import filesystem, is_uri, read_bytes, synced_temp_file, write_bytes
+from platform.stages.storage import filesystem, is_uri, local_lock, read_bytes, synced_temp_file, write_bytes
 
 RENEW_EVERY = 10.0  # seconds between renewals by the holder's thread
 STALE_AFTER = 60.0  # a lease of another host not renewed for this long is stale
@@ -206,15 +206,8 @@ def _exclusive(path: str):
     if is_uri(path):
         yield
         return
-    import fcntl
-
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".lock", "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with local_lock(path):
+        yield
 
 
 def _write(path: str, data: bytes, create: bool) -> None:

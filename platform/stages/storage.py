@@ -125,6 +125,20 @@ def read_bytes(path: str) -> bytes:
         return fh.read()
 
 
+@contextlib.contextmanager
+def local_lock(path: str):
+    """An exclusive ``flock`` of ``<path>.lock`` on a local directory (created if missing), held for the block."""
+    import fcntl
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def synced_temp_file(path: str, data: bytes) -> str:
     """A new file beside local ``path`` holding ``data``, flushed and fsynced: its name, for the caller to rename or
     link into place (it is removed if writing fails)."""
