@@ -23,10 +23,12 @@ GRACE_S = 3.0
 
 
 def start_time(pid: int):
-    """The process's start time in clock ticks since boot, or None if it is gone."""
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22: a reused pid has another),
+    or None once it is gone or a zombie (it runs nothing)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[19])
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
     except (OSError, ValueError, IndexError):
         return None
 

@@ -36,6 +36,7 @@ import threading
 import time
 from typing import Optional
 
+from platform.reaper import start_time
 from platform.stages.storage import filesystem, is_uri, local_lock, read_bytes, synced_temp_file, write_bytes
 
 RENEW_EVERY = 10.0  # seconds between renewals by the holder's thread
@@ -44,14 +45,10 @@ SETTLE = 2.0  # object store: seconds between writing the lease and reading it b
 
 
 def _process_identity(pid: int) -> Optional[str]:
-    """``pid``'s start time (clock ticks since boot, ``/proc/<pid>/stat``); None when it is gone or a zombie, or
+    """``pid``'s start time as text (:func:`platform.reaper.start_time`); None when it is gone or a zombie, or
     where there is no ``/proc`` (then :func:`_pid_runs` falls back to a signal 0)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == "Z" else fields[19]
+    started = start_time(pid)
+    return None if started is None else str(started)
 
 
 def _pid_runs(pid: int, identity: Optional[str]) -> bool:

@@ -31,6 +31,7 @@ from typing import Callable, Optional
 from platform.cli import sqlite_path
 from platform.config.run_schema import TAG_STOPPED_BY
 from platform.errors import EnvironmentFault, disk_full, error_line, exception_chain
+from platform.reaper import start_time
 
 POLL_S = 0.2  # how often the watch looks at the raylet's process
 LOG_NAME = "driver.log"  # in the sweep's Tune directory: the traceback of what stopped it, and Ray's lines after
@@ -61,7 +62,7 @@ def watch_ray_node(log_dirs=()) -> Optional[int]:
         return None
     unwatch_ray_node()
     pid = _raylet_pid()
-    started = _start_time(pid) if pid else None
+    started = start_time(pid) if pid else None
     if started is None:
         return None
     stop = threading.Event()
@@ -74,7 +75,7 @@ def watch_ray_node(log_dirs=()) -> Optional[int]:
 
     def ended() -> bool:
         if handle is None:
-            return stop.wait(POLL_S) is False and _start_time(pid) != started
+            return stop.wait(POLL_S) is False and start_time(pid) != started
         return bool(select.select([handle], [], [], POLL_S)[0])
 
     def watch() -> None:
@@ -90,7 +91,7 @@ def watch_ray_node(log_dirs=()) -> Optional[int]:
                 os.close(handle)
 
     threading.Thread(target=watch, name="watch-ray-node", daemon=True).start()
-    _route_ray_messages(lambda: _start_time(pid) != started, log_dirs)
+    _route_ray_messages(lambda: start_time(pid) != started, log_dirs)
     return pid
 
 
@@ -163,17 +164,6 @@ def _raylet_pid() -> Optional[int]:
         if argv and argv[0].endswith(b"raylet") and f"--raylet_socket_name={socket_name}".encode() in argv:
             return int(entry)
     return None
-
-
-def _start_time(pid: int) -> Optional[int]:
-    """A live process's start time (``/proc/PID/stat`` field 22; a reused pid has another); None once it is gone or
-    a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 # ---- the console, once the sweep is stopping ----
